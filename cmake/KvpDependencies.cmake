@@ -1,0 +1,5 @@
+# Every third-party dependency, found once, from Debian packages (scripts/install-deps.sh).
+find_package(absl REQUIRED)
+find_package(GTest REQUIRED)
+find_package(benchmark REQUIRED)
+find_package(Threads REQUIRED)

@@ -1,0 +1,18 @@
+// Block gather/scatter (DESIGN.md §5): whole blocks between the arena and a contiguous staging
+// buffer, the unit NCCL transfers move. A block spans all layers, so each is one copy. nvcc-safe.
+#pragma once
+
+#include <cstdint>
+
+namespace kvp {
+
+struct BlockCopyParams {
+  uint8_t* arena = nullptr;            // block b at arena + b · block_stride
+  int64_t num_arena_blocks = 0;        // valid ids are [0, num_arena_blocks)
+  int64_t block_stride = 0;            // bytes, a multiple of 256 (BlockLayout)
+  const int32_t* block_ids = nullptr;  // [num_blocks]
+  int32_t num_blocks = 0;
+  uint8_t* staging = nullptr;          // [num_blocks, block_stride] bytes
+};
+
+}  // namespace kvp

@@ -1,0 +1,13 @@
+// CPU reference of block gather (arena -> staging) and scatter (staging -> arena).
+#pragma once
+
+#include "absl/status/status.h"
+#include "kernels/block_copy/block_copy_params.h"
+
+namespace kvp {
+
+// OUT_OF_RANGE naming the first bad block id; nothing is copied then.
+absl::Status GatherBlocksRef(const BlockCopyParams& p);
+absl::Status ScatterBlocksRef(const BlockCopyParams& p);
+
+}  // namespace kvp

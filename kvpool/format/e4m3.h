@@ -1,0 +1,54 @@
+// OCP FP8 E4M3FN (DESIGN.md §3): bias 7, largest finite 448, no infinities, NaN = 0x7F / 0xFF.
+//
+// Encoding rounds to nearest even and saturates to ±448 (CUDA's __NV_SATFINITE), infinities
+// included; NaN stays NaN with its sign. Integer-only, so host and device agree bit for bit.
+#pragma once
+
+#include <cstdint>
+
+#include "base/hd.h"
+
+namespace kvp {
+
+inline constexpr float kE4m3Max = 448.0f;
+inline constexpr uint8_t kE4m3MaxCode = 0x7E;
+inline constexpr uint8_t kE4m3NanCode = 0x7F;
+
+KVP_HD uint8_t E4m3FromFloat(float x) {
+  const uint32_t bits = FloatBits(x);
+  const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
+  const uint32_t abs_bits = bits & 0x7FFFFFFFu;
+  if (abs_bits > 0x7F800000u) return sign | kE4m3NanCode;
+  if (abs_bits > FloatBits(kE4m3Max)) return sign | kE4m3MaxCode;
+
+  // |x| = significand * 2^(biased_exp - 150), significand with its implicit bit.
+  const int biased_exp = static_cast<int>(abs_bits >> 23);
+  const uint32_t significand = (abs_bits & 0x7FFFFFu) | (biased_exp ? 0x800000u : 0u);
+  const int exp = (biased_exp ? biased_exp : 1) - 127;
+  // The E4M3 quantum at this magnitude: 2^(e-3) for normals, 2^-9 for subnormals (e < -6).
+  const int quantum_exp = (exp < -6 ? -6 : exp) - 3;
+  const int shift = quantum_exp + 150 - (biased_exp ? biased_exp : 1);  // >= 20
+  if (shift > 25) return sign;  // below half the smallest subnormal
+  uint32_t n = significand >> shift;
+  const uint32_t rem = significand & ((1u << shift) - 1u);
+  const uint32_t half = 1u << (shift - 1);
+  if (rem > half || (rem == half && (n & 1u))) ++n;
+  // n counts quanta, implicit bit included (8..16 for normals), so a rounding carry walks into the
+  // next binade on its own.
+  const int exp_field_base = (exp < -6 ? -6 : exp) + 6;
+  return sign | static_cast<uint8_t>(exp_field_base * 8 + static_cast<int>(n));
+}
+
+KVP_HD float E4m3ToFloat(uint8_t code) {
+  const uint32_t sign = static_cast<uint32_t>(code & 0x80u) << 24;
+  const uint32_t exp = (code >> 3) & 0xFu;
+  const uint32_t mant = code & 0x7u;
+  if (exp == 0xFu && mant == 0x7u) return BitsToFloat(sign | 0x7FC00000u);
+  if (exp == 0) {
+    const float magnitude = static_cast<float>(mant) * 0.001953125f;  // mant * 2^-9, exact
+    return sign ? -magnitude : magnitude;
+  }
+  return BitsToFloat(sign | ((exp + 120u) << 23) | (mant << 20));
+}
+
+}  // namespace kvp

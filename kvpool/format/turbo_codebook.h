@@ -1,0 +1,57 @@
+// Gaussian Lloyd-Max codebooks of TurboNV (DESIGN.md §3, step 2): for N bits, 2^N levels sorted
+// ascending, code j <-> level j. Levels are the float32 values of the decimals below; boundaries
+// are T_j = float32(C_j + C_{j+1}) · 0.5, computed with the same two float operations everywhere.
+#pragma once
+
+#include "base/hd.h"
+
+namespace kvp {
+
+inline constexpr int kTurboGroupSize = 16;
+
+template <int kBits>
+struct TurboCodebook;
+
+template <>
+struct TurboCodebook<2> {
+  static constexpr int kLevels = 4;
+  KVP_HD static constexpr float Level(int j) {
+    constexpr float kC[kLevels] = {-1.5104f, -0.4528f, 0.4528f, 1.5104f};
+    return kC[j];
+  }
+};
+
+template <>
+struct TurboCodebook<3> {
+  static constexpr int kLevels = 8;
+  KVP_HD static constexpr float Level(int j) {
+    constexpr float kC[kLevels] = {-2.1520f, -1.3440f, -0.7560f, -0.2451f,
+                                   0.2451f,  0.7560f,  1.3440f,  2.1520f};
+    return kC[j];
+  }
+};
+
+template <>
+struct TurboCodebook<4> {
+  static constexpr int kLevels = 16;
+  KVP_HD static constexpr float Level(int j) {
+    constexpr float kC[kLevels] = {-2.7326f, -2.0690f, -1.6180f, -1.2562f, -0.9423f, -0.6568f,
+                                   -0.3880f, -0.1284f, 0.1284f,  0.3880f,  0.6568f,  0.9423f,
+                                   1.2562f,  1.6180f,  2.0690f,  2.7326f};
+    return kC[j];
+  }
+};
+
+// Boundary between code j and code j + 1.
+template <int kBits>
+KVP_HD float TurboBoundary(int j) {
+  using Codebook = TurboCodebook<kBits>;
+  return MulRn(AddRn(Codebook::Level(j), Codebook::Level(j + 1)), 0.5f);
+}
+
+template <int kBits>
+KVP_HD constexpr float TurboMaxLevel() {
+  return TurboCodebook<kBits>::Level(TurboCodebook<kBits>::kLevels - 1);
+}
+
+}  // namespace kvp

@@ -1,0 +1,108 @@
+// TurboNV value quantization (DESIGN.md §3, steps 2-5), host and device.
+//
+// A token-head vector of head_dim d is (optionally) rotated, then cut into groups of 16. Each group
+// stores N-bit codes, packed little-endian (code i in bits [N·i, N·i + N): 2·N bytes), plus one
+// E4M3 scale byte. Every float operation below is one IEEE operation in a fixed order; change
+// nothing here without changing the format's version.
+#pragma once
+
+#include <cstdint>
+
+#include "base/hd.h"
+#include "kvpool/format/e4m3.h"
+#include "kvpool/format/rotation.h"
+#include "kvpool/format/turbo_codebook.h"
+
+namespace kvp {
+
+template <int kBits>
+inline constexpr int kTurboGroupBytes = kTurboGroupSize * kBits / 8;
+
+// Packs 16 codes of kBits each into kTurboGroupBytes<kBits> bytes.
+template <int kBits>
+KVP_HD void TurboPackGroup(const uint8_t* codes, uint8_t* out) {
+  uint64_t stream = 0;
+  for (int i = 0; i < kTurboGroupSize; ++i) stream |= uint64_t{codes[i]} << (kBits * i);
+  for (int b = 0; b < kTurboGroupBytes<kBits>; ++b) out[b] = static_cast<uint8_t>(stream >> (8 * b));
+}
+
+template <int kBits>
+KVP_HD void TurboUnpackGroup(const uint8_t* in, uint8_t* codes) {
+  uint64_t stream = 0;
+  for (int b = 0; b < kTurboGroupBytes<kBits>; ++b) stream |= uint64_t{in[b]} << (8 * b);
+  for (int i = 0; i < kTurboGroupSize; ++i) {
+    codes[i] = static_cast<uint8_t>((stream >> (kBits * i)) & ((1u << kBits) - 1u));
+  }
+}
+
+// Quantizes one group x[16] (already rotated): writes the packed codes and the scale byte.
+template <int kBits>
+KVP_HD void TurboEncodeGroup(const float* x, float v_scale, uint8_t* packed, uint8_t* scale_byte) {
+  using Codebook = TurboCodebook<kBits>;
+  uint8_t codes[kTurboGroupSize];
+  float a = 0.0f;
+  for (int i = 0; i < kTurboGroupSize; ++i) a = MaxAbs(x[i], a);
+  if (a == 0.0f) {
+    for (int i = 0; i < kTurboGroupSize; ++i) codes[i] = 1u << (kBits - 1);
+    TurboPackGroup<kBits>(codes, packed);
+    *scale_byte = 0;
+    return;
+  }
+  const float alpha = DivRn(TurboMaxLevel<kBits>(), a);
+  float sum_x2 = 0.0f;
+  float sum_c2 = 0.0f;
+  for (int i = 0; i < kTurboGroupSize; ++i) {
+    const float u = MulRn(alpha, x[i]);
+    int code = 0;
+    for (int j = 0; j + 1 < Codebook::kLevels; ++j) code += (u >= TurboBoundary<kBits>(j)) ? 1 : 0;
+    codes[i] = static_cast<uint8_t>(code);
+    sum_x2 = Fma(x[i], x[i], sum_x2);
+    const float c = Codebook::Level(code);
+    sum_c2 = Fma(c, c, sum_c2);
+  }
+  const float s = DivRn(SqrtRn(sum_x2), SqrtRn(sum_c2));  // matched norm
+  TurboPackGroup<kBits>(codes, packed);
+  *scale_byte = E4m3FromFloat(DivRn(s, v_scale));
+}
+
+// Dequantizes one group into the rotated domain: y_i = (decode(scale) · v_scale) · C[code_i].
+template <int kBits>
+KVP_HD void TurboDecodeGroup(const uint8_t* packed, uint8_t scale_byte, float v_scale, float* y) {
+  uint8_t codes[kTurboGroupSize];
+  TurboUnpackGroup<kBits>(packed, codes);
+  const float s = MulRn(E4m3ToFloat(scale_byte), v_scale);
+  for (int i = 0; i < kTurboGroupSize; ++i) y[i] = MulRn(s, TurboCodebook<kBits>::Level(codes[i]));
+}
+
+// Encodes one token-head vector v[d]: data gets d·N/8 bytes, scales gets d/16 bytes.
+template <int kBits>
+KVP_HD void TurboEncodeHead(const float* v, int d, bool rotate, const RotationSigns& signs,
+                            float v_scale, uint8_t* data, uint8_t* scales) {
+  float y[kMaxHeadDim];
+  for (int j = 0; j < d; ++j) y[j] = v[j];
+  if (rotate) RotateForward(y, d, signs);
+  for (int g = 0; g < d / kTurboGroupSize; ++g) {
+    TurboEncodeGroup<kBits>(y + g * kTurboGroupSize, v_scale, data + g * kTurboGroupBytes<kBits>,
+                            scales + g);
+  }
+}
+
+// Decodes one token-head vector into the rotated domain (ŷ; no inverse rotation).
+template <int kBits>
+KVP_HD void TurboDecodeHeadRotated(const uint8_t* data, const uint8_t* scales, int d, float v_scale,
+                                   float* y) {
+  for (int g = 0; g < d / kTurboGroupSize; ++g) {
+    TurboDecodeGroup<kBits>(data + g * kTurboGroupBytes<kBits>, scales[g], v_scale,
+                            y + g * kTurboGroupSize);
+  }
+}
+
+// Decodes one token-head vector back to the value domain (v̂).
+template <int kBits>
+KVP_HD void TurboDecodeHead(const uint8_t* data, const uint8_t* scales, int d, bool rotate,
+                            const RotationSigns& signs, float v_scale, float* v) {
+  TurboDecodeHeadRotated<kBits>(data, scales, d, v_scale, v);
+  if (rotate) RotateInverse(v, d, signs);
+}
+
+}  // namespace kvp

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Installs the Debian packages kvpool builds against, skipping those already present.
+# Non-interactive; needs root (or sudo). CUDA is optional: when /usr/local/cuda/bin/nvcc exists the
+# CUDA kernels are built too, otherwise the build leaves them out.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config python3
+  libabsl-dev            # Status, StatusOr, strings, flags
+  libgtest-dev libgmock-dev googletest
+  libbenchmark-dev
+  libzmq3-dev cppzmq-dev # transport (protocol/)
+  capnproto libcapnp-dev # wire schema (protocol/)
+  libspdlog-dev libfmt-dev
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+sudo=""
+[ "$(id -u)" -eq 0 ] || sudo="sudo"
+echo "install-deps: installing ${missing[*]}"
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
