@@ -1,0 +1,78 @@
+#include "kvpool/format/turbo_codebook.h"
+
+#include <cmath>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace kvp {
+namespace {
+
+double Phi(double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); }
+double pdf(double x) { return std::isinf(x) ? 0.0 : std::exp(-0.5 * x * x) / std::sqrt(2 * M_PI); }
+
+template <int kBits>
+std::vector<double> Levels() {
+  std::vector<double> levels;
+  for (int j = 0; j < TurboCodebook<kBits>::kLevels; ++j) {
+    levels.push_back(TurboCodebook<kBits>::Level(j));
+  }
+  return levels;
+}
+
+// Cell j of the quantizer: [edge[j], edge[j + 1]) with midpoints between levels.
+std::vector<double> Edges(const std::vector<double>& levels) {
+  std::vector<double> edges = {-INFINITY};
+  for (size_t j = 0; j + 1 < levels.size(); ++j) edges.push_back((levels[j] + levels[j + 1]) / 2);
+  edges.push_back(INFINITY);
+  return edges;
+}
+
+template <int kBits>
+void ExpectLloydMaxFixedPoint() {
+  const std::vector<double> levels = Levels<kBits>();
+  const std::vector<double> edges = Edges(levels);
+  for (size_t j = 0; j < levels.size(); ++j) {
+    const double a = edges[j], b = edges[j + 1];
+    const double conditional_mean = (pdf(a) - pdf(b)) / (Phi(b) - Phi(a));
+    EXPECT_NEAR(levels[j], conditional_mean, 1e-3) << "N=" << kBits << " level " << j;
+  }
+}
+
+template <int kBits>
+double CodebookMse() {
+  const std::vector<double> levels = Levels<kBits>();
+  const std::vector<double> edges = Edges(levels);
+  double mse = 0.0;
+  for (size_t j = 0; j < levels.size(); ++j) {
+    const double a = edges[j], b = edges[j + 1], c = levels[j];
+    const double mass = Phi(b) - Phi(a);
+    const double first = pdf(a) - pdf(b);                                   // ∫ x φ
+    const double second = mass - ((std::isinf(b) ? 0 : b * pdf(b)) -      // ∫ x² φ
+                                  (std::isinf(a) ? 0 : a * pdf(a)));
+    mse += second - 2 * c * first + c * c * mass;
+  }
+  return mse;
+}
+
+TEST(TurboCodebookTest, EachLevelIsTheGaussianMeanOfItsCell) {
+  ExpectLloydMaxFixedPoint<2>();
+  ExpectLloydMaxFixedPoint<3>();
+  ExpectLloydMaxFixedPoint<4>();
+}
+
+TEST(TurboCodebookTest, CodebookMseMatchesLloydMax) {
+  EXPECT_NEAR(CodebookMse<2>(), 0.1175, 0.1175 * 0.01);
+  EXPECT_NEAR(CodebookMse<3>(), 0.03455, 0.03455 * 0.01);
+  EXPECT_NEAR(CodebookMse<4>(), 0.00950, 0.00950 * 0.01);
+}
+
+TEST(TurboCodebookTest, LevelsAreSortedAndSymmetric) {
+  for (int j = 0; j + 1 < 16; ++j) EXPECT_LT(TurboCodebook<4>::Level(j), TurboCodebook<4>::Level(j + 1));
+  for (int j = 0; j < 8; ++j) EXPECT_EQ(TurboCodebook<3>::Level(j), -TurboCodebook<3>::Level(7 - j));
+  EXPECT_EQ(TurboMaxLevel<2>(), 1.5104f);
+  EXPECT_EQ(TurboBoundary<2>(1), 0.0f);
+}
+
+}  // namespace
+}  // namespace kvp
