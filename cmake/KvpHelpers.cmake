@@ -44,15 +44,19 @@ function(kvp_cc_binary)
   install(TARGETS ${ARG_NAME} RUNTIME DESTINATION bin)
 endfunction()
 
-# kvp_cc_test(NAME name SRCS ... DEPS ... [LABELS cpu|gpu ...] [ARGS ...]): a GoogleTest binary
-# registered with CTest under its labels (`ctest -L cpu`, `-LE gpu`).
+# kvp_cc_test(NAME name SRCS ... DEPS ... [LABELS cpu|gpu ...] [ARGS ...] [OWN_MAIN]): a GoogleTest
+# binary registered with CTest under its labels (`ctest -L cpu`, `-LE gpu`). OWN_MAIN: the test
+# defines main() itself (to take ARGS).
 function(kvp_cc_test)
-  cmake_parse_arguments(ARG "" "NAME" "SRCS;DEPS;LABELS;ARGS" ${ARGN})
+  cmake_parse_arguments(ARG "OWN_MAIN" "NAME" "SRCS;DEPS;LABELS;ARGS" ${ARGN})
   if(NOT ARG_LABELS)
     set(ARG_LABELS cpu)
   endif()
   add_executable(${ARG_NAME} ${ARG_SRCS})
-  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock GTest::gtest_main)
+  target_link_libraries(${ARG_NAME} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gmock)
+  if(NOT ARG_OWN_MAIN)
+    target_link_libraries(${ARG_NAME} PRIVATE GTest::gtest_main)
+  endif()
   kvp_apply_flags(${ARG_NAME} PRIVATE)
   add_test(NAME ${ARG_NAME} COMMAND ${ARG_NAME} ${ARG_ARGS})
   set_tests_properties(${ARG_NAME} PROPERTIES LABELS "${ARG_LABELS}")
