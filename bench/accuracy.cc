@@ -1,0 +1,248 @@
+#include "bench/accuracy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
+#include "kernels/cache_write/cache_write_ref.h"
+#include "kernels/paged_decode/paged_decode_ref.h"
+#include "kernels/synthetic/synthetic_fill.h"
+#include "kvpool/format/kv_format_names.h"
+#include "kvpool/layout/block_layout.h"
+
+namespace kvp::bench {
+namespace {
+
+// The synthetic workload, generated once and written into every pool under test.
+struct Workload {
+  SyntheticShape shape;
+  std::vector<Bf16> k, v;         // [seqs · context, kv_heads, d]
+  std::vector<Bf16> q;            // [seqs, q_heads, d]
+  std::vector<int32_t> seq_lens;  // all = context
+};
+
+Workload MakeWorkload(const AccuracyConfig& c) {
+  Workload w;
+  w.shape = {c.num_kv_heads, c.num_q_heads, c.head_dim};
+  SyntheticConfig synth;
+  synth.seed = c.seed;
+  const size_t row = size_t{static_cast<size_t>(c.num_kv_heads)} * c.head_dim;
+  w.k.resize(size_t{static_cast<size_t>(c.num_seqs)} * c.context * row);
+  w.v.resize(w.k.size());
+  w.q.resize(size_t{static_cast<size_t>(c.num_seqs)} * c.num_q_heads * c.head_dim);
+  w.seq_lens.assign(c.num_seqs, c.context);
+  std::mt19937_64 rng(c.seed);
+  for (int s = 0; s < c.num_seqs; ++s) {
+    std::vector<int32_t> tokens(c.context);
+    for (int32_t& t : tokens) t = static_cast<int32_t>(rng() % 128000);
+    const size_t base = size_t{static_cast<size_t>(s)} * c.context * row;
+    FillSyntheticTokens(synth, w.shape, 0, tokens, 0, &w.k[base], &w.v[base], nullptr);
+    // Each query leans on one earlier token: peaked but not one-hot attention.
+    const int32_t target = static_cast<int32_t>(rng() % c.context);
+    const SyntheticNeedle needle{target, tokens[target], 0.35f};
+    FillSyntheticQuery(synth, w.shape, 0, rng(), &needle,
+                       &w.q[size_t{static_cast<size_t>(s)} * c.num_q_heads * c.head_dim]);
+  }
+  return w;
+}
+
+struct DecodeResult {
+  std::vector<float> out;
+  double v_rel_mse = 0.0;
+};
+
+absl::StatusOr<DecodeResult> Decode(const AccuracyConfig& c, const Workload& w, KvFormat k_format,
+                                    KvFormat v_format) {
+  PoolSpec spec;
+  spec.num_kv_heads = c.num_kv_heads;
+  spec.head_dim = c.head_dim;
+  spec.k_format = k_format;
+  spec.v_format = v_format;
+  ASSIGN_OR_RETURN(const BlockLayout layout, BlockLayout::Create(spec));
+  const int blocks_per_seq = (c.context + spec.block_size - 1) / spec.block_size;
+  const int64_t num_blocks = int64_t{c.num_seqs} * blocks_per_seq;
+  std::vector<uint8_t> arena(num_blocks * layout.block_stride());
+  const LayerCache cache = layout.Layer(arena.data(), num_blocks, 0);
+
+  std::vector<int32_t> tables(num_blocks);
+  std::iota(tables.begin(), tables.end(), 0);
+  std::vector<int64_t> slots(size_t{static_cast<size_t>(c.num_seqs)} * c.context);
+  std::iota(slots.begin(), slots.end(), 0);  // sequence s owns blocks [s · bps, (s+1) · bps)
+  for (int s = 0; s < c.num_seqs; ++s) {
+    for (int t = 0; t < c.context; ++t) {
+      slots[size_t{static_cast<size_t>(s)} * c.context + t] =
+          int64_t{s} * blocks_per_seq * spec.block_size + t;
+    }
+  }
+  CacheWriteParams write;
+  write.cache = cache;
+  write.k = w.k.data();
+  write.v = w.v.data();
+  write.slot_mapping = slots.data();
+  write.num_tokens = static_cast<int64_t>(slots.size());
+  RETURN_IF_ERROR(CacheWriteRef(write));
+
+  DecodeResult result;
+  result.out.resize(w.q.size());
+  PagedDecodeParams p;
+  p.attn.cache = cache;
+  p.attn.q = w.q.data();
+  p.attn.block_tables = tables.data();
+  p.attn.block_table_stride = blocks_per_seq;
+  p.attn.seq_lens = w.seq_lens.data();
+  p.attn.out = result.out.data();
+  p.attn.num_seqs = c.num_seqs;
+  p.attn.num_q_heads = c.num_q_heads;
+  p.attn.softmax_scale = DefaultSoftmaxScale(c.head_dim);
+  RETURN_IF_ERROR(PagedDecodeRef(p));
+
+  // Value reconstruction error, read back through the cache.
+  double err = 0.0, ref = 0.0;
+  std::vector<float> back(c.head_dim);
+  for (int64_t t = 0; t < static_cast<int64_t>(slots.size()); t += 7) {
+    const int64_t slot = slots[t];
+    for (int h = 0; h < c.num_kv_heads; ++h) {
+      DecodeHead(cache.v_codec, cache.VData(slot / spec.block_size, slot % spec.block_size, h),
+                 cache.VScale(slot / spec.block_size, slot % spec.block_size, h), c.head_dim,
+                 back.data());
+      for (int e = 0; e < c.head_dim; ++e) {
+        const double x = Bf16ToFloat(w.v[(t * c.num_kv_heads + h) * c.head_dim + e]);
+        err += (back[e] - x) * (back[e] - x);
+        ref += x * x;
+      }
+    }
+  }
+  result.v_rel_mse = err / ref;
+  return result;
+}
+
+// Largest softmax weight of each query head, averaged: 1 = one-hot, 1/context = flat.
+double MeanTopWeight(const AccuracyConfig& c, const Workload& w) {
+  const float scale = DefaultSoftmaxScale(c.head_dim);
+  const int group = c.num_q_heads / c.num_kv_heads;
+  const size_t row = size_t{static_cast<size_t>(c.num_kv_heads)} * c.head_dim;
+  double total = 0.0;
+  std::vector<double> logits(c.context);
+  for (int s = 0; s < c.num_seqs; ++s) {
+    for (int qh = 0; qh < c.num_q_heads; ++qh) {
+      const Bf16* q = &w.q[(size_t{static_cast<size_t>(s)} * c.num_q_heads + qh) * c.head_dim];
+      for (int t = 0; t < c.context; ++t) {
+        const Bf16* k = &w.k[(size_t{static_cast<size_t>(s)} * c.context + t) * row +
+                             size_t{static_cast<size_t>(qh / group)} * c.head_dim];
+        double dot = 0.0;
+        for (int e = 0; e < c.head_dim; ++e) dot += double{Bf16ToFloat(q[e])} * Bf16ToFloat(k[e]);
+        logits[t] = dot * scale;
+      }
+      const double m = *std::max_element(logits.begin(), logits.end());
+      double z = 0.0;
+      for (double l : logits) z += std::exp(l - m);
+      total += 1.0 / z;
+    }
+  }
+  return total / (c.num_seqs * c.num_q_heads);
+}
+
+}  // namespace
+
+absl::StatusOr<AccuracyReport> RunAccuracy(const AccuracyConfig& config) {
+  AccuracyReport report;
+  report.config = config;
+  std::fprintf(stderr, "accuracy: generating %d sequences x %d tokens\n", config.num_seqs,
+               config.context);
+  const Workload w = MakeWorkload(config);
+  report.mean_top_weight = MeanTopWeight(config, w);
+  ASSIGN_OR_RETURN(const DecodeResult reference, Decode(config, w, KvFormat::kBf16, KvFormat::kBf16));
+
+  const std::pair<KvFormat, KvFormat> pairs[] = {
+      {KvFormat::kBf16, KvFormat::kBf16},       {KvFormat::kFp8E4m3, KvFormat::kBf16},
+      {KvFormat::kBf16, KvFormat::kTurbo4},     {KvFormat::kBf16, KvFormat::kTurbo3},
+      {KvFormat::kBf16, KvFormat::kTurbo2},     {KvFormat::kFp8E4m3, KvFormat::kTurbo4},
+      {KvFormat::kFp8E4m3, KvFormat::kTurbo3},  {KvFormat::kFp8E4m3, KvFormat::kTurbo2}};
+  const int64_t bf16_bytes = 2 * TraitsOf(KvFormat::kBf16).TotalBytes(config.head_dim);
+  int done = 0;
+  for (const auto& [k_format, v_format] : pairs) {
+    std::fprintf(stderr, "accuracy: [%d/%zu] k=%s v=%s\n", ++done, std::size(pairs),
+                 std::string(KvFormatName(k_format)).c_str(),
+                 std::string(KvFormatName(v_format)).c_str());
+    ASSIGN_OR_RETURN(const DecodeResult r, Decode(config, w, k_format, v_format));
+    AccuracyRow row;
+    row.k_format = k_format;
+    row.v_format = v_format;
+    row.bytes_per_token_head =
+        TraitsOf(k_format).TotalBytes(config.head_dim) + TraitsOf(v_format).TotalBytes(config.head_dim);
+    row.compression_vs_bf16 = static_cast<double>(bf16_bytes) / row.bytes_per_token_head;
+    row.v_rel_mse = r.v_rel_mse;
+    double err = 0.0, ref = 0.0;
+    row.min_cosine = 1.0;
+    std::vector<double> per_head;
+    const int d = config.head_dim;
+    for (size_t o = 0; o < r.out.size(); o += d) {
+      double e2 = 0.0, r2 = 0.0, g2 = 0.0, dot = 0.0;
+      for (int i = 0; i < d; ++i) {
+        const double got = r.out[o + i], want = reference.out[o + i];
+        e2 += (got - want) * (got - want);
+        r2 += want * want;
+        g2 += got * got;
+        dot += got * want;
+      }
+      err += e2;
+      ref += r2;
+      per_head.push_back(std::sqrt(e2 / r2));
+      row.min_cosine = std::min(row.min_cosine, g2 > 0 && r2 > 0 ? dot / std::sqrt(g2 * r2) : 1.0);
+    }
+    std::sort(per_head.begin(), per_head.end());
+    row.output_rel_l2 = std::sqrt(err / ref);
+    row.output_rel_l2_p99 = per_head[std::min(per_head.size() - 1, per_head.size() * 99 / 100)];
+    report.rows.push_back(row);
+  }
+  return report;
+}
+
+std::string AccuracyTable(const AccuracyReport& r) {
+  std::string out = absl::StrFormat(
+      "attention output vs bf16 K/V: %d seqs x %d tokens, %d q / %d kv heads, head_dim %d "
+      "(mean top softmax weight %.3f)\n\n",
+      r.config.num_seqs, r.config.context, r.config.num_q_heads, r.config.num_kv_heads,
+      r.config.head_dim, r.mean_top_weight);
+  absl::StrAppend(&out, "| K | V | bytes/token-head | vs bf16 | output rel. L2 | p99 | min cosine | V rel. MSE |\n");
+  absl::StrAppend(&out, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+  for (const AccuracyRow& row : r.rows) {
+    absl::StrAppend(&out, absl::StrFormat("| %s | %s | %d | %.2fx | %.4f | %.4f | %.5f | %.5f |\n",
+                                          KvFormatName(row.k_format), KvFormatName(row.v_format),
+                                          row.bytes_per_token_head, row.compression_vs_bf16,
+                                          row.output_rel_l2, row.output_rel_l2_p99, row.min_cosine,
+                                          row.v_rel_mse));
+  }
+  return out;
+}
+
+std::string AccuracyJson(const AccuracyReport& r, const std::string& date, const std::string& host) {
+  std::string out = absl::StrFormat(
+      "{\n  \"benchmark\": \"accuracy\",\n  \"date\": \"%s\",\n  \"host\": \"%s\",\n"
+      "  \"device\": \"cpu (reference kernels)\",\n"
+      "  \"config\": {\"num_seqs\": %d, \"context\": %d, \"num_q_heads\": %d, \"num_kv_heads\": %d, "
+      "\"head_dim\": %d, \"seed\": %d},\n  \"mean_top_softmax_weight\": %.6f,\n  \"rows\": [\n",
+      date, host, r.config.num_seqs, r.config.context, r.config.num_q_heads, r.config.num_kv_heads,
+      r.config.head_dim, r.config.seed, r.mean_top_weight);
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    const AccuracyRow& row = r.rows[i];
+    absl::StrAppend(
+        &out,
+        absl::StrFormat("    {\"k\": \"%s\", \"v\": \"%s\", \"bytes_per_token_head\": %d, "
+                        "\"compression_vs_bf16\": %.4f, \"output_rel_l2\": %.6g, "
+                        "\"output_rel_l2_p99\": %.6g, \"min_cosine\": %.8f, \"v_rel_mse\": %.6g}%s\n",
+                        KvFormatName(row.k_format), KvFormatName(row.v_format),
+                        row.bytes_per_token_head, row.compression_vs_bf16, row.output_rel_l2,
+                        row.output_rel_l2_p99, row.min_cosine, row.v_rel_mse,
+                        i + 1 < r.rows.size() ? "," : ""));
+  }
+  absl::StrAppend(&out, "  ]\n}\n");
+  return out;
+}
+
+}  // namespace kvp::bench

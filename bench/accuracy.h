@@ -1,0 +1,47 @@
+// The accuracy benchmark: attention output error of quantized K/V formats against bf16 K/V on
+// synthetic data with realistic, peaked attention (outlier K channels, needle queries).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kvpool/format/kv_format.h"
+
+namespace kvp::bench {
+
+struct AccuracyConfig {
+  int num_seqs = 8;
+  int context = 4096;
+  int num_kv_heads = 8;
+  int num_q_heads = 32;
+  int head_dim = 128;
+  uint64_t seed = 1;
+};
+
+struct AccuracyRow {
+  KvFormat k_format;
+  KvFormat v_format;
+  int64_t bytes_per_token_head;  // K + V, all sections
+  double compression_vs_bf16;    // bf16 bytes / these bytes
+  double output_rel_l2;          // ‖o - o_bf16‖ / ‖o_bf16‖ over all outputs
+  double output_rel_l2_p99;      // 99th percentile over (sequence, q head) outputs
+  double min_cosine;             // worst cosine similarity of one output to bf16's
+  double v_rel_mse;              // value reconstruction error Σ(v̂ - v)² / Σ v²
+};
+
+struct AccuracyReport {
+  AccuracyConfig config;
+  double mean_top_weight;  // average largest softmax weight: how peaked the attention is
+  std::vector<AccuracyRow> rows;
+};
+
+// Runs every K/V format pair through the reference dense decode. Prints progress to stderr.
+absl::StatusOr<AccuracyReport> RunAccuracy(const AccuracyConfig& config);
+
+std::string AccuracyTable(const AccuracyReport& report);
+std::string AccuracyJson(const AccuracyReport& report, const std::string& date,
+                         const std::string& host);
+
+}  // namespace kvp::bench

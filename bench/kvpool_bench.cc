@@ -1,0 +1,89 @@
+// kvpool-bench: the project's benchmarks. Each subcommand prints a table and can write JSON for
+// bench/results/.
+//
+//   kvpool-bench accuracy [--seqs=N] [--context=T] [--json=PATH]
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/types/span.h"
+#include "bench/accuracy.h"
+#include "tools/file_io.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: kvpool-bench accuracy [--seqs=N] [--context=T] [--seed=S] [--json=PATH]\n"
+    "\n"
+    "  accuracy  attention output error of fp8_e4m3 K and TurboNV V against bf16 K/V on\n"
+    "            synthetic data with peaked attention (CPU reference kernels)\n";
+
+std::string Today() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&now));
+  return buf;
+}
+
+std::string Hostname() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+int Accuracy(absl::Span<char* const> args) {
+  kvp::bench::AccuracyConfig config;
+  std::string json_path;
+  for (const char* raw : args) {
+    const absl::string_view arg = raw;
+    bool ok = true;
+    if (absl::StartsWith(arg, "--seqs=")) {
+      ok = absl::SimpleAtoi(arg.substr(7), &config.num_seqs) && config.num_seqs > 0;
+    } else if (absl::StartsWith(arg, "--context=")) {
+      ok = absl::SimpleAtoi(arg.substr(10), &config.context) && config.context > 0;
+    } else if (absl::StartsWith(arg, "--seed=")) {
+      ok = absl::SimpleAtoi(arg.substr(7), &config.seed);
+    } else if (absl::StartsWith(arg, "--json=")) {
+      json_path = std::string(arg.substr(7));
+    } else {
+      ok = false;
+    }
+    if (!ok) {
+      std::fprintf(stderr, "kvpool-bench: bad argument '%s'\n\n%s", raw, kUsage);
+      return 2;
+    }
+  }
+  const auto report = kvp::bench::RunAccuracy(config);
+  if (!report.ok()) {
+    std::fprintf(stderr, "kvpool-bench: %s\n", report.status().ToString().c_str());
+    return 1;
+  }
+  std::fputs(kvp::bench::AccuracyTable(*report).c_str(), stdout);
+  if (!json_path.empty()) {
+    const std::string json = kvp::bench::AccuracyJson(*report, Today(), Hostname());
+    const auto status = kvp::WriteFileAtomically(
+        json_path, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(json.data()), json.size()));
+    if (!status.ok()) {
+      std::fprintf(stderr, "kvpool-bench: %s\n", status.ToString().c_str());
+      return 1;
+    }
+    std::fprintf(stderr, "wrote %s\n", json_path.c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc >= 2 && std::strcmp(argv[1], "accuracy") == 0) {
+    return Accuracy(absl::MakeConstSpan(argv + 2, argc - 2));
+  }
+  const bool help = argc >= 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0);
+  std::fputs(kUsage, help ? stdout : stderr);
+  return help ? 0 : 2;
+}
