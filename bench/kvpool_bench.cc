@@ -2,6 +2,7 @@
 // bench/results/.
 //
 //   kvpool-bench accuracy [--seqs=N] [--context=T] [--json=PATH]
+//   kvpool-bench kernels [--quick] [--json=PATH]     (CUDA builds, on a GPU)
 #include <unistd.h>
 
 #include <cstdio>
@@ -13,15 +14,21 @@
 #include "absl/strings/numbers.h"
 #include "absl/types/span.h"
 #include "bench/accuracy.h"
+#if defined(KVP_HAVE_CUDA)
+#include "bench/kernel_bench.h"
+#endif
 #include "tools/file_io.h"
 
 namespace {
 
 constexpr char kUsage[] =
     "usage: kvpool-bench accuracy [--seqs=N] [--context=T] [--seed=S] [--json=PATH]\n"
+    "       kvpool-bench kernels [--quick] [--json=PATH]\n"
     "\n"
     "  accuracy  attention output error of fp8_e4m3 K and TurboNV V against bf16 K/V on\n"
-    "            synthetic data with peaked attention (CPU reference kernels)\n";
+    "            synthetic data with peaked attention (CPU reference kernels)\n"
+    "  kernels   every CUDA kernel timed on the GPU: median time, bytes, TB/s and the fraction\n"
+    "            of the device-to-device copy bandwidth measured in the same run\n";
 
 std::string Today() {
   const std::time_t now = std::time(nullptr);
@@ -34,6 +41,46 @@ std::string Hostname() {
   char buf[256] = {};
   ::gethostname(buf, sizeof(buf) - 1);
   return buf;
+}
+
+int WriteJson(const std::string& path, const std::string& json) {
+  const auto status = kvp::WriteFileAtomically(
+      path, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(json.data()), json.size()));
+  if (!status.ok()) {
+    std::fprintf(stderr, "kvpool-bench: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "wrote %s\n", path.c_str());
+  return 0;
+}
+
+int Kernels(absl::Span<char* const> args) {
+#if defined(KVP_HAVE_CUDA)
+  bool quick = false;
+  std::string json_path;
+  for (const char* raw : args) {
+    const absl::string_view arg = raw;
+    if (arg == "--quick") {
+      quick = true;
+    } else if (absl::StartsWith(arg, "--json=")) {
+      json_path = std::string(arg.substr(7));
+    } else {
+      std::fprintf(stderr, "kvpool-bench: bad argument '%s'\n\n%s", raw, kUsage);
+      return 2;
+    }
+  }
+  const auto report = kvp::bench::RunKernelBench(quick);
+  if (!report.ok()) {
+    std::fprintf(stderr, "kvpool-bench: %s\n", report.status().ToString().c_str());
+    return 1;
+  }
+  std::fputs(kvp::bench::KernelTable(*report).c_str(), stdout);
+  return json_path.empty() ? 0 : WriteJson(json_path, kvp::bench::KernelJson(*report, Today()));
+#else
+  (void)args;
+  std::fprintf(stderr, "kvpool-bench: this build has no CUDA kernels (nvcc was not found)\n");
+  return 1;
+#endif
 }
 
 int Accuracy(absl::Span<char* const> args) {
@@ -64,17 +111,8 @@ int Accuracy(absl::Span<char* const> args) {
     return 1;
   }
   std::fputs(kvp::bench::AccuracyTable(*report).c_str(), stdout);
-  if (!json_path.empty()) {
-    const std::string json = kvp::bench::AccuracyJson(*report, Today(), Hostname());
-    const auto status = kvp::WriteFileAtomically(
-        json_path, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(json.data()), json.size()));
-    if (!status.ok()) {
-      std::fprintf(stderr, "kvpool-bench: %s\n", status.ToString().c_str());
-      return 1;
-    }
-    std::fprintf(stderr, "wrote %s\n", json_path.c_str());
-  }
-  return 0;
+  if (json_path.empty()) return 0;
+  return WriteJson(json_path, kvp::bench::AccuracyJson(*report, Today(), Hostname()));
 }
 
 }  // namespace
@@ -82,6 +120,9 @@ int Accuracy(absl::Span<char* const> args) {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "accuracy") == 0) {
     return Accuracy(absl::MakeConstSpan(argv + 2, argc - 2));
+  }
+  if (argc >= 2 && std::strcmp(argv[1], "kernels") == 0) {
+    return Kernels(absl::MakeConstSpan(argv + 2, argc - 2));
   }
   const bool help = argc >= 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0);
   std::fputs(kUsage, help ? stdout : stderr);

@@ -28,6 +28,10 @@ struct AttentionParams {
   int32_t num_q_heads = 0;              // a multiple of cache.num_kv_heads
   float softmax_scale = 0.0f;           // usually 1/√head_dim (DefaultSoftmaxScale)
   float sparse_v_threshold = 0.0f;      // τ >= 0; 0 = dense
+  int32_t max_seq_len = 0;              // host-side upper bound of seq_lens: the CUDA kernels
+                                        // plan their split of the work from it
+  uint32_t* skipped_tiles = nullptr;    // optional (CUDA): counts 16-position tiles whose V the
+                                        // sparse-V rule skipped; null = not counted
 };
 
 inline float DefaultSoftmaxScale(int head_dim) {

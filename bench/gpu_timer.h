@@ -1,0 +1,45 @@
+// Timing device work with CUDA events: warm-up runs, then the median of many timed runs.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/common/cuda_status.h"
+
+namespace kvp::bench {
+
+struct Timing {
+  double median_us = 0.0;
+  double min_us = 0.0;
+  int runs = 0;
+};
+
+// `run(i)` enqueues iteration i on `stream` (rotate inputs with i to stay out of L2).
+inline absl::StatusOr<Timing> TimeMedian(const std::function<absl::Status(int)>& run,
+                                         cudaStream_t stream, int warmup = 5, int runs = 50) {
+  cudaEvent_t start, stop;
+  KVP_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
+  KVP_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
+  std::vector<double> us;
+  absl::Status status;
+  for (int i = 0; i < warmup + runs && status.ok(); ++i) {
+    KVP_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, stream));
+    status = run(i);
+    KVP_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, stream));
+    KVP_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(stop));
+    float ms = 0.0f;
+    KVP_CUDA_RETURN_IF_ERROR(cudaEventElapsedTime(&ms, start, stop));
+    if (i >= warmup) us.push_back(ms * 1000.0);
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  if (!status.ok()) return status;
+  std::sort(us.begin(), us.end());
+  return Timing{us[us.size() / 2], us.front(), runs};
+}
+
+}  // namespace kvp::bench

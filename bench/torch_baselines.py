@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""PyTorch baselines for `kvpool-bench kernels`, timed the same way on the same GPU: CUDA events
+around each run after warm-up, median of many runs, random non-zero inputs, inputs rotated across
+copies where one copy would fit in L2.
+
+  python3 bench/torch_baselines.py --json=OUT.json [--quick]
+"""
+import argparse
+import json
+import statistics
+import sys
+
+import torch
+import torch.nn.functional as F
+
+
+def median_us(fn, copies=1, warmup=5, runs=50):
+    times = []
+    for i in range(warmup + runs):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(i % copies)
+        stop.record()
+        stop.synchronize()
+        if i >= warmup:
+            times.append(start.elapsed_time(stop) * 1000.0)
+    return statistics.median(times)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--quick", action="store_true")
+    args = parser.parse_args()
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(1)
+    rows = []
+
+    def randn(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape, device=dev, generator=gen, dtype=torch.float32).to(dtype)
+
+    # Dense decode: SDPA over bf16 K/V (the uncompressed cache a user would otherwise keep).
+    for batch, ctx in [(32, 8192), (8, 32768), (1, 131072)]:
+        if args.quick:
+            ctx //= 16
+        q = randn(batch, 32, 1, 128)
+        k = randn(batch, 8, ctx, 128)
+        v = randn(batch, 8, ctx, 128)
+        us = median_us(lambda i: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
+        rows.append({"op": "paged_decode", "key": f"batch={batch} ctx={ctx}", "torch": "SDPA bf16 K/V (GQA)",
+                     "median_us": us})
+        del q, k, v
+
+    # Indexer logits: ReLU(q·kᵀ) weighted over 64 heads, keys already dequantized to bf16.
+    n = 16384 if args.quick else 163840
+    copies = 8
+    ks = [randn(n, 128) for _ in range(copies)]
+    qs = [randn(64, 128) for _ in range(copies)]
+    ws = [torch.rand(64, device=dev, generator=gen) for _ in range(copies)]
+    us = median_us(lambda i: (torch.relu(ks[i] @ qs[i].T).float() * ws[i]).sum(-1), copies)
+    rows.append({"op": "indexer_logits", "key": f"batch=1 tokens={n}", "torch": "bf16 matmul + relu + weighted sum",
+                 "median_us": us})
+    del ks, qs
+    b, n32 = 32, (4096 if args.quick else 65536)
+    k32, q32, w32 = randn(b, n32, 128), randn(b, 128, 64), torch.rand(b, 1, 64, device=dev, generator=gen)
+    us = median_us(lambda i: (torch.relu(torch.bmm(k32, q32)).float() * w32).sum(-1))
+    rows.append({"op": "indexer_logits", "key": f"batch={b} tokens={n32}", "torch": "bf16 bmm + relu + weighted sum",
+                 "median_us": us})
+    del k32, q32
+
+    # Top-k over 163,840 scores.
+    scores = [torch.randn(n, device=dev, generator=gen) for _ in range(32)]
+    for k in (256, 2048):
+        us = median_us(lambda i: torch.topk(scores[i], k), 32)
+        rows.append({"op": "topk", "key": f"batch=1 n={n} k={k}", "torch": "torch.topk", "median_us": us})
+
+    # Sparse decode: gather the selected bf16 rows, then SDPA.
+    for batch, heads, kv in [(1, 32, 8), (16 if args.quick else 128, 32, 8), (16 if args.quick else 128, 128, 1)]:
+        ctx = 8192
+        kc, vc = randn(batch, ctx, kv, 128), randn(batch, ctx, kv, 128)
+        idx = torch.stack([torch.randperm(ctx, device=dev, generator=gen)[:2048] for _ in range(batch)])
+        q = randn(batch, heads, 1, 128)
+
+        def sparse(_):
+            bi = torch.arange(batch, device=dev)[:, None]
+            kk = kc[bi, idx].transpose(1, 2)
+            vv = vc[bi, idx].transpose(1, 2)
+            return F.scaled_dot_product_attention(q, kk, vv, enable_gqa=True)
+
+        us = median_us(sparse)
+        rows.append({"op": "sparse_decode", "key": f"batch={batch} q/kv={heads}/{kv}",
+                     "torch": "index gather + SDPA bf16", "median_us": us})
+        del kc, vc
+
+    # Cache write: scatter bf16 K and V of 32,768 tokens into a paged cache, 8 layers.
+    tokens = 4096 if args.quick else 32768
+    caches = [(torch.empty(tokens, 8, 128, device=dev, dtype=torch.bfloat16),
+               torch.empty(tokens, 8, 128, device=dev, dtype=torch.bfloat16)) for _ in range(8)]
+    kin = [randn(tokens, 8, 128) for _ in range(8)]
+    vin = [randn(tokens, 8, 128) for _ in range(8)]
+    slots = torch.randperm(tokens, device=dev, generator=gen)
+
+    def write(_):
+        for layer in range(8):
+            caches[layer][0].index_copy_(0, slots, kin[layer])
+            caches[layer][1].index_copy_(0, slots, vin[layer])
+
+    us = median_us(write, warmup=3, runs=20)
+    rows.append({"op": "cache_write", "key": f"tokens={tokens} layers=8", "torch": "index_copy_ bf16 K,V",
+                 "median_us": us})
+
+    with open(args.json, "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=2)
+    for r in rows:
+        print(f"torch {r['op']:16s} {r['key']:28s} {r['median_us']:10.1f} us  ({r['torch']})")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

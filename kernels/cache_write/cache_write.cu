@@ -1,0 +1,205 @@
+// Cache write on the GPU. One thread owns 16 consecutive elements of one (token, head): a TurboNV
+// group. The D/16 threads of a head sit in one warp, so the cross-group stages of the rotation are
+// xor-shuffles; within a thread the arithmetic is the shared host/device code of kvpool/format,
+// which is what makes the bytes identical to the CPU reference.
+#include <cstdint>
+
+#include "kernels/cache_write/cache_write_launch.h"
+#include "kvpool/format/head_codec.h"
+
+namespace kvp {
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ void LoadBf16x16(const Bf16* src, float* x) {
+  const uint4* s = reinterpret_cast<const uint4*>(src);
+  const uint4 a = s[0], b = s[1];
+  const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    x[2 * i] = __uint_as_float(w[i] << 16);
+    x[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
+  }
+}
+
+__device__ __forceinline__ void StoreBf16x16(const float* x, uint8_t* dst) {
+  uint32_t w[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) {
+    w[i] = Bf16FromFloat(x[2 * i]).bits | (uint32_t{Bf16FromFloat(x[2 * i + 1]).bits} << 16);
+  }
+  uint4* d = reinterpret_cast<uint4*>(dst);
+  d[0] = make_uint4(w[0], w[1], w[2], w[3]);
+  d[1] = make_uint4(w[4], w[5], w[6], w[7]);
+}
+
+__device__ __forceinline__ void StoreE4m3x16(const float* x, float scale, uint8_t* dst) {
+  uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    // x / 1 == x exactly, so skipping the division keeps the bytes of E4M3(x / scale).
+    const float v = scale == 1.0f ? x[i] : DivRn(x[i], scale);
+    w[i / 4] |= uint32_t{E4m3FromFloat(v)} << (8 * (i % 4));
+  }
+  *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+}
+
+// The signed Walsh-Hadamard rotation of one head, 16 elements per thread, kGroups threads per
+// head in consecutive lanes. Same butterflies, same operands, same order as RotateForward.
+template <int kGroups>
+__device__ __forceinline__ void RotateHead(float* x, int group, const RotationSigns& signs) {
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    if (signs.Negative(group * 16 + i)) x[i] = -x[i];
+  }
+#pragma unroll
+  for (int h = 1; h < 16; h *= 2) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      if ((i & h) == 0) {
+        const float a = x[i], b = x[i + h];
+        x[i] = AddRn(a, b);
+        x[i + h] = SubRn(a, b);
+      }
+    }
+  }
+#pragma unroll
+  for (int lanes = 1; lanes < kGroups; lanes *= 2) {
+    const bool upper = (group & lanes) != 0;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const float other = __shfl_xor_sync(0xFFFFFFFFu, x[i], lanes);
+      x[i] = upper ? SubRn(other, x[i]) : AddRn(x[i], other);
+    }
+  }
+  constexpr float kInvSqrt = InvSqrtHeadDim(kGroups * 16);
+#pragma unroll
+  for (int i = 0; i < 16; ++i) x[i] = MulRn(x[i], kInvSqrt);
+}
+
+template <int kBits>
+__device__ __forceinline__ void StoreTurboGroup(const float* y, float v_scale, uint8_t* data,
+                                                uint8_t* scale) {
+  uint8_t packed[kTurboGroupBytes<kBits>];
+  TurboEncodeGroup<kBits>(y, v_scale, packed, scale);
+  if constexpr (kBits == 2) {
+    *reinterpret_cast<uint32_t*>(data) = packed[0] | (packed[1] << 8) | (packed[2] << 16) |
+                                         (uint32_t{packed[3]} << 24);
+  } else if constexpr (kBits == 3) {
+    uint16_t* d = reinterpret_cast<uint16_t*>(data);
+#pragma unroll
+    for (int i = 0; i < 3; ++i) d[i] = static_cast<uint16_t>(packed[2 * i] | (packed[2 * i + 1] << 8));
+  } else {
+    uint64_t v = 0;
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v |= uint64_t{packed[i]} << (8 * i);
+    *reinterpret_cast<uint64_t*>(data) = v;
+  }
+}
+
+// kVBits: 2/3/4 for turboN, 16 for bf16 values.
+template <int kHeadDim, int kVBits>
+__global__ void __launch_bounds__(kThreads) CacheWriteKernel(CacheWriteParams p, int kv_blocks) {
+  constexpr int kGroups = kHeadDim / 16;
+  const LayerCache& c = p.cache;
+  if (static_cast<int>(blockIdx.x) >= kv_blocks) {
+    // Indexer keys: 8 threads of 16 elements per token.
+    const int64_t item = int64_t{static_cast<int>(blockIdx.x) - kv_blocks} * kThreads + threadIdx.x;
+    const int64_t token = item / 8;
+    const int group = static_cast<int>(item % 8);
+    const bool live = token < p.num_tokens;
+    const int64_t slot = live ? p.slot_mapping[token] : -1;
+    float x[16] = {};
+    if (live) LoadBf16x16(p.index_k + token * kIndexHeadDim + group * 16, x);
+    float a = kIndexerMinAmax;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) a = MaxAbs(x[i], a);
+#pragma unroll
+    for (int lanes = 1; lanes < 8; lanes *= 2) a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, lanes));
+    float s = DivRn(a, kE4m3Max);
+    if (c.index_codec.ue8m0) s = RoundUpToUe8m0(s);
+    if (slot < 0) return;
+    const int64_t block = slot / c.block_size;
+    const int offset = static_cast<int>(slot % c.block_size);
+    uint32_t w[4] = {0, 0, 0, 0};
+#pragma unroll
+    for (int i = 0; i < 16; ++i) w[i / 4] |= uint32_t{E4m3FromFloat(DivRn(x[i], s))} << (8 * (i % 4));
+    *reinterpret_cast<uint4*>(c.IndexValues(block, offset) + group * 16) =
+        make_uint4(w[0], w[1], w[2], w[3]);
+    if (group == 0) *reinterpret_cast<float*>(c.IndexScale(block, offset)) = s;
+    return;
+  }
+
+  const int64_t item = int64_t{blockIdx.x} * kThreads + threadIdx.x;
+  const int64_t per_token = int64_t{c.num_kv_heads} * kGroups;
+  const int64_t token = item / per_token;
+  const int head = static_cast<int>((item % per_token) / kGroups);
+  const int group = static_cast<int>(item % kGroups);
+  const bool live = token < p.num_tokens;
+  const int64_t slot = live ? p.slot_mapping[token] : -1;
+  const int64_t src = (token * c.num_kv_heads + head) * kHeadDim + group * 16;
+  const int64_t block = slot / c.block_size;
+  const int offset = static_cast<int>(slot % c.block_size);
+
+  float x[16] = {};
+  if (slot >= 0) {
+    LoadBf16x16(p.k + src, x);
+    uint8_t* k_row = c.K(block, offset, head);
+    if (c.k_codec.format == KvFormat::kFp8E4m3) {
+      StoreE4m3x16(x, c.k_codec.scale, k_row + group * 16);
+    } else {
+      StoreBf16x16(x, k_row + group * 32);
+    }
+  }
+  // Every lane joins the rotation's shuffles; only live slots store.
+  if (live) LoadBf16x16(p.v + src, x);
+  if constexpr (kVBits == 16) {
+    if (slot >= 0) StoreBf16x16(x, c.VData(block, offset, head) + group * 32);
+  } else {
+    if (c.v_codec.rotate) RotateHead<kGroups>(x, group, c.v_codec.signs);
+    if (slot >= 0) {
+      StoreTurboGroup<kVBits>(x, c.v_codec.scale,
+                              c.VData(block, offset, head) + group * kTurboGroupBytes<kVBits>,
+                              c.VScale(block, offset, head) + group);
+    }
+  }
+}
+
+template <int kHeadDim, int kVBits>
+LaunchStatus Launch(const CacheWriteParams& p, cudaStream_t stream) {
+  const int64_t kv_items = p.num_tokens * p.cache.num_kv_heads * (kHeadDim / 16);
+  const int kv_blocks = static_cast<int>((kv_items + kThreads - 1) / kThreads);
+  const int index_blocks =
+      p.cache.has_indexer ? static_cast<int>((p.num_tokens * 8 + kThreads - 1) / kThreads) : 0;
+  if (kv_blocks + index_blocks == 0) return {};
+  CacheWriteKernel<kHeadDim, kVBits><<<kv_blocks + index_blocks, kThreads, 0, stream>>>(p, kv_blocks);
+  return LastLaunchError();
+}
+
+template <int kHeadDim>
+LaunchStatus DispatchValueFormat(const CacheWriteParams& p, cudaStream_t stream) {
+  switch (p.cache.v_codec.format) {
+    case KvFormat::kTurbo2: return Launch<kHeadDim, 2>(p, stream);
+    case KvFormat::kTurbo3: return Launch<kHeadDim, 3>(p, stream);
+    case KvFormat::kTurbo4: return Launch<kHeadDim, 4>(p, stream);
+    case KvFormat::kBf16: return Launch<kHeadDim, 16>(p, stream);
+    default: return Unsupported("this V format");
+  }
+}
+
+}  // namespace
+
+LaunchStatus CacheWriteLaunch(const CacheWriteParams& p, cudaStream_t stream) {
+  if (p.cache.k_codec.format != KvFormat::kFp8E4m3 && p.cache.k_codec.format != KvFormat::kBf16) {
+    return Unsupported("this K format");
+  }
+  switch (p.cache.head_dim) {
+    case 64: return DispatchValueFormat<64>(p, stream);
+    case 128: return DispatchValueFormat<128>(p, stream);
+    case 256: return DispatchValueFormat<256>(p, stream);
+    default: return Unsupported("this head_dim");
+  }
+}
+
+}  // namespace kvp

@@ -1,0 +1,381 @@
+// The attention core shared by dense paged decode and sparse decode on the GPU: flash-decoding
+// over FP8 K and TurboNV V with tensor cores.
+//
+// Work split: a CTA takes (sequence, kv head, tile of 16 q heads, split of the positions); each
+// of its warps walks 16-position tiles of that split and keeps its own running max, sum and
+// accumulator, written out as one "part". A second kernel merges the parts of each q head, applies
+// the inverse Walsh-Hadamard rotation once and writes the output.
+//
+// Per 16-position tile a warp computes S = Q·Kᵀ (two m16n8k16 per 16 dims: K bytes go straight from
+// global memory into B fragments, 32 contiguous bytes per thread), the online softmax on S in the
+// C fragments, and O += P·V where P's A fragments are S's C fragments (no shuffles) and V is
+// dequantized into B fragments: thread g decodes dims [g·D/8, (g+1)·D/8) of 4 positions, which for
+// D = 128 is exactly TurboNV group g. Accumulation stays in the rotated domain.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/attention_params.h"
+#include "kernels/common/launch_status.h"
+#include "kernels/common/mma.cuh"
+#include "kvpool/format/turbo_codebook.h"
+
+namespace kvp::attention {
+
+inline constexpr int kWarps = 4;
+inline constexpr int kTile = 16;
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+// Where a CTA's positions come from.
+struct PositionSource {
+  const int32_t* indices = nullptr;  // sparse: [num_seqs, topk]; null for dense
+  int32_t topk = 0;
+  int32_t window = 0;  // dense only
+};
+
+struct Plan {
+  int head_tiles = 1;
+  int splits = 1;
+  KVP_HD int parts() const { return splits * kWarps; }
+};
+
+// Partial results: [num_seqs, num_q_heads, parts, D + 2] floats = (max in log2 units, sum, acc[D]).
+inline size_t PartialBytes(const AttentionParams& p, const Plan& plan) {
+  return size_t(p.num_seqs) * p.num_q_heads * plan.parts() * (p.cache.head_dim + 2) * sizeof(float);
+}
+
+inline Plan MakePlan(const AttentionParams& p, int positions, int num_sms) {
+  Plan plan;
+  const int group = p.num_q_heads / p.cache.num_kv_heads;
+  plan.head_tiles = (group + 15) / 16;
+  const int tiles = (positions + kTile - 1) / kTile;
+  const int base = p.num_seqs * p.cache.num_kv_heads * plan.head_tiles;
+  const int want = (4 * num_sms + base - 1) / (base > 0 ? base : 1);
+  const int most = (tiles + kWarps - 1) / kWarps;
+  plan.splits = want < 1 ? 1 : (want > most ? (most > 0 ? most : 1) : want);
+  return plan;
+}
+
+// Dequantizes dims [g·D/8, (g+1)·D/8) of one position's V (rotated domain) into v; zeros for a
+// masked position (pos < 0). D = 128: TurboNV group g; D = 256: groups 2g, 2g + 1; D = 64: half
+// of group g / 2.
+template <int kHeadDim, int kVBits>
+__device__ __forceinline__ void DecodeValueDims(const LayerCache& c, const int32_t* table,
+                                                int32_t pos, int kv_head, int g,
+                                                const float* levels, float* v) {
+  constexpr int kDims = kHeadDim / 8;
+  if (pos < 0) {
+#pragma unroll
+    for (int j = 0; j < kDims; ++j) v[j] = 0.0f;
+    return;
+  }
+  const int32_t block = table[pos / c.block_size];
+  const int slot = pos % c.block_size;
+  const uint8_t* vdata = c.VData(block, slot, kv_head);
+  const uint8_t* vscale = c.VScale(block, slot, kv_head);
+  constexpr int kGroups = kDims >= 16 ? kDims / 16 : 1;
+  constexpr int kPerGroup = kDims >= 16 ? 16 : kDims;
+#pragma unroll
+  for (int q = 0; q < kGroups; ++q) {
+    const int grp = kDims >= 16 ? g * kGroups + q : g / 2;
+    const int first_elem = kDims >= 16 ? 0 : (g % 2) * kDims;
+    const uint8_t* bytes = vdata + grp * kTurboGroupBytes<kVBits>;
+    uint64_t bits;
+    if constexpr (kVBits == 2) {
+      bits = *reinterpret_cast<const uint32_t*>(bytes);
+    } else if constexpr (kVBits == 3) {
+      const uint16_t* h16 = reinterpret_cast<const uint16_t*>(bytes);
+      bits = uint64_t{h16[0]} | (uint64_t{h16[1]} << 16) | (uint64_t{h16[2]} << 32);
+    } else {
+      bits = *reinterpret_cast<const uint64_t*>(bytes);
+    }
+    const __half_raw sh = __nv_cvt_fp8_to_halfraw(vscale[grp], __NV_E4M3);
+    const float scale = __half2float(__half(sh)) * c.v_codec.scale;
+#pragma unroll
+    for (int i = 0; i < kPerGroup; ++i) {
+      const int code = static_cast<int>((bits >> (kVBits * (first_elem + i))) & ((1u << kVBits) - 1u));
+      v[q * 16 + i] = levels[code] * scale;
+    }
+  }
+}
+
+template <int kHeadDim, int kVBits, bool kSparse>
+__global__ void __launch_bounds__(kWarps * 32)
+    AttentionPartsKernel(AttentionParams p, PositionSource src, Plan plan, float* parts) {
+  constexpr int kSteps = kHeadDim / 16;  // k-steps of Q·Kᵀ
+  constexpr int kNTiles = kHeadDim / 8;  // n-tiles of P·V; also dims per thread
+  constexpr int kKWords = kHeadDim / 16; // 32-bit K words per thread and row
+  __shared__ float levels[16];
+
+  const LayerCache& c = p.cache;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int split = blockIdx.x;
+  const int kv_head = blockIdx.y / plan.head_tiles;
+  const int head_tile = blockIdx.y % plan.head_tiles;
+  const int seq = blockIdx.z;
+  const int group = p.num_q_heads / c.num_kv_heads;
+  if (threadIdx.x < (1 << kVBits) && kVBits <= 4) {
+    if constexpr (kVBits <= 4) levels[threadIdx.x] = TurboCodebook<kVBits>::Level(threadIdx.x);
+  }
+  __syncthreads();
+
+  const int32_t len = p.seq_lens[seq];
+  const int32_t* table = p.block_tables + int64_t{seq} * p.block_table_stride;
+  int32_t first = 0, count;
+  if constexpr (kSparse) {
+    count = src.topk;
+  } else {
+    first = src.window > 0 && len > src.window ? len - src.window : 0;
+    first &= ~(kTile - 1);
+    count = len - first;
+  }
+  const int tiles = count > 0 ? (count + kTile - 1) / kTile : 0;
+  const int per_split = (tiles + plan.splits - 1) / plan.splits;
+  const int tile_begin = split * per_split;
+  const int tile_end = min(tiles, tile_begin + per_split);
+  const int32_t window_start = kSparse ? 0 : (src.window > 0 && len > src.window ? len - src.window : 0);
+
+  // Q fragments of this warp's 16 heads (rows g and g + 8), dims permuted as in mma.cuh.
+  const int local0 = head_tile * 16 + g, local1 = local0 + 8;
+  const bool row0 = local0 < group, row1 = local1 < group;
+  const int qh0 = kv_head * group + local0, qh1 = kv_head * group + local1;
+  uint32_t qa[kSteps][4];
+  {
+    const uint16_t* q0 = reinterpret_cast<const uint16_t*>(p.q) + (int64_t{seq} * p.num_q_heads + qh0) * kHeadDim;
+    const uint16_t* q1 = reinterpret_cast<const uint16_t*>(p.q) + (int64_t{seq} * p.num_q_heads + qh1) * kHeadDim;
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int d = t * (kHeadDim / 4) + 4 * s;
+      qa[s][0] = row0 ? mma::Bf16PairToHalf2(q0[d], q0[d + 1]) : 0u;
+      qa[s][1] = row1 ? mma::Bf16PairToHalf2(q1[d], q1[d + 1]) : 0u;
+      qa[s][2] = row0 ? mma::Bf16PairToHalf2(q0[d + 2], q0[d + 3]) : 0u;
+      qa[s][3] = row1 ? mma::Bf16PairToHalf2(q1[d + 2], q1[d + 3]) : 0u;
+    }
+  }
+  const float qk_scale = p.softmax_scale * c.k_codec.scale * kLog2e;
+  const float tau = p.sparse_v_threshold;
+
+  float m[2] = {-INFINITY, -INFINITY};  // running max (log2 units), rows g and g + 8
+  float l[2] = {0.0f, 0.0f};            // this thread's share of the running sum
+  float acc[kNTiles][4];
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+
+  // Position of tile-relative token i, or -1 when masked.
+  auto position = [&](int tile, int i) -> int32_t {
+    if constexpr (kSparse) {
+      const int idx = tile * kTile + i;
+      if (idx >= src.topk) return -1;
+      const int32_t pos = src.indices[int64_t{seq} * src.topk + idx];
+      return pos >= 0 && pos < len ? pos : -1;
+    } else {
+      const int32_t pos = first + tile * kTile + i;
+      return pos >= window_start && pos < len ? pos : -1;
+    }
+  };
+
+  for (int tile = tile_begin + warp; tile < tile_end; tile += kWarps) {
+    // S = Q·Kᵀ for tokens g (half 0) and 8 + g (half 1).
+    float s_acc[2][4];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      s_acc[h][0] = s_acc[h][1] = s_acc[h][2] = s_acc[h][3] = 0.0f;
+      const int32_t pos = position(tile, h * 8 + g);
+      uint32_t kw[kKWords];
+      if (pos >= 0) {
+        const uint8_t* row = c.K(table[pos / c.block_size], pos % c.block_size, kv_head) + t * (kHeadDim / 4);
+#pragma unroll
+        for (int w = 0; w < kKWords; w += 4) {
+          const uint4 v = *reinterpret_cast<const uint4*>(row + 4 * w);
+          kw[w] = v.x; kw[w + 1] = v.y; kw[w + 2] = v.z; kw[w + 3] = v.w;
+        }
+      } else {
+#pragma unroll
+        for (int w = 0; w < kKWords; ++w) kw[w] = 0u;
+      }
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        mma::MmaF16(s_acc[h], qa[s], mma::E4m3x2ToHalf2(kw[s] & 0xFFFFu), mma::E4m3x2ToHalf2(kw[s] >> 16));
+      }
+    }
+    // Online softmax over the tile: columns 2t, 2t + 1 of each half.
+    float sc[2][4];
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const bool v0 = position(tile, h * 8 + 2 * t) >= 0;
+      const bool v1 = position(tile, h * 8 + 2 * t + 1) >= 0;
+      sc[h][0] = v0 ? s_acc[h][0] * qk_scale : -INFINITY;
+      sc[h][1] = v1 ? s_acc[h][1] * qk_scale : -INFINITY;
+      sc[h][2] = v0 ? s_acc[h][2] * qk_scale : -INFINITY;
+      sc[h][3] = v1 ? s_acc[h][3] * qk_scale : -INFINITY;
+      tile_max[0] = fmaxf(tile_max[0], fmaxf(sc[h][0], sc[h][1]));
+      tile_max[1] = fmaxf(tile_max[1], fmaxf(sc[h][2], sc[h][3]));
+    }
+    float factor[2], m_use[2];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xFFFFFFFFu, tile_max[r], 1));
+      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xFFFFFFFFu, tile_max[r], 2));
+      const float m_new = fmaxf(m[r], tile_max[r]);
+      m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
+      factor[r] = exp2f(m[r] - m_use[r]);
+      m[r] = m_new;
+    }
+    float pr[2][4];
+    bool needed = false;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        pr[h][i] = exp2f(sc[h][i] - m_use[i / 2]);
+        needed |= pr[h][i] > tau;
+      }
+    }
+    l[0] = l[0] * factor[0] + pr[0][0] + pr[0][1] + pr[1][0] + pr[1][1];
+    l[1] = l[1] * factor[1] + pr[0][2] + pr[0][3] + pr[1][2] + pr[1][3];
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+      acc[j][0] *= factor[0];
+      acc[j][1] *= factor[0];
+      acc[j][2] *= factor[1];
+      acc[j][3] *= factor[1];
+    }
+    // Sparse-V: a tile whose every weight is <= τ adds no V (τ = 0 never skips).
+    if (tau > 0.0f && !__any_sync(0xFFFFFFFFu, needed)) {
+      if (p.skipped_tiles != nullptr && lane == 0) atomicAdd(p.skipped_tiles, 1u);
+      continue;
+    }
+
+    const uint32_t pa[4] = {mma::PackHalf2(pr[0][0], pr[0][1]), mma::PackHalf2(pr[0][2], pr[0][3]),
+                            mma::PackHalf2(pr[1][0], pr[1][1]), mma::PackHalf2(pr[1][2], pr[1][3])};
+    // V of tokens 2t, 2t + 1 (B rows k = 0, 1) and 8 + 2t, 9 + 2t (k = 8, 9), dims [g·D/8, (g+1)·D/8).
+    uint32_t vb[2][kNTiles];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      float pair[2][kNTiles];
+#pragma unroll
+      for (int k = 0; k < 2; ++k) {
+        DecodeValueDims<kHeadDim, kVBits>(c, table, position(tile, half * 8 + 2 * t + k), kv_head, g,
+                                          levels, pair[k]);
+      }
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) vb[half][j] = mma::PackHalf2(pair[0][j], pair[1][j]);
+    }
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) mma::MmaF16(acc[j], pa, vb[0][j], vb[1][j]);
+  }
+
+  // Finish the sums across the quad and write this warp's part.
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 1);
+    l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 2);
+  }
+  const int part = split * kWarps + warp;
+  const int parts_n = plan.parts();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    if (!(r == 0 ? row0 : row1)) continue;
+    const int qh = r == 0 ? qh0 : qh1;
+    float* out = parts + ((int64_t{seq} * p.num_q_heads + qh) * parts_n + part) * (kHeadDim + 2);
+    if (t == 0) {
+      out[0] = m[r];
+      out[1] = l[r];
+    }
+#pragma unroll
+    for (int j = 0; j < kNTiles; ++j) {
+      out[2 + (2 * t) * kNTiles + j] = acc[j][2 * r];
+      out[2 + (2 * t + 1) * kNTiles + j] = acc[j][2 * r + 1];
+    }
+  }
+}
+
+// Merges the parts of one (sequence, q head), rotates back and writes out. Block: D threads.
+template <int kHeadDim>
+__global__ void __launch_bounds__(kHeadDim) AttentionCombineKernel(AttentionParams p, int parts_n,
+                                                                  const float* parts) {
+  __shared__ float x[kHeadDim];
+  const int e = threadIdx.x;
+  const int qh = blockIdx.x, seq = blockIdx.y;
+  const float* base = parts + (int64_t{seq} * p.num_q_heads + qh) * parts_n * (kHeadDim + 2);
+  float max_m = -INFINITY;
+  for (int i = 0; i < parts_n; ++i) max_m = fmaxf(max_m, base[i * (kHeadDim + 2)]);
+  float sum = 0.0f, o = 0.0f;
+  if (max_m != -INFINITY) {
+    for (int i = 0; i < parts_n; ++i) {
+      const float* part = base + i * (kHeadDim + 2);
+      const float w = exp2f(part[0] - max_m);
+      sum += w * part[1];
+      o += w * part[2 + e];
+    }
+  }
+  x[e] = sum > 0.0f ? o / sum : 0.0f;
+  __syncthreads();
+  const LayerCache& c = p.cache;
+  if (TraitsOf(c.v_codec.format).turbo && c.v_codec.rotate) {
+#pragma unroll
+    for (int h = 1; h < kHeadDim; h *= 2) {
+      float mine = x[e], other = x[e ^ h];
+      __syncthreads();
+      x[e] = (e & h) ? other - mine : mine + other;
+      __syncthreads();
+    }
+    const float v = x[e] * InvSqrtHeadDim(kHeadDim);
+    x[e] = c.v_codec.signs.Negative(e) ? -v : v;
+  }
+  p.out[(int64_t{seq} * p.num_q_heads + qh) * kHeadDim + e] = x[e];
+}
+
+inline int SmCount() {
+  static int sms = [] {
+    int device = 0, n = 0;
+    cudaGetDevice(&device);
+    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
+    return n > 0 ? n : 132;
+  }();
+  return sms;
+}
+
+// Checks what the kernels support and launches both kernels. `positions` bounds a sequence's
+// positions (max_seq_len, or topk).
+template <bool kSparse>
+LaunchStatus LaunchAttention(const AttentionParams& p, const PositionSource& src, int positions,
+                             void* workspace, size_t workspace_bytes, cudaStream_t stream) {
+  const LayerCache& c = p.cache;
+  if (c.k_codec.format != KvFormat::kFp8E4m3) return Unsupported("K formats other than fp8_e4m3");
+  if (p.num_seqs == 0) return {};
+  const Plan plan = MakePlan(p, positions, SmCount());
+  if (workspace_bytes < PartialBytes(p, plan)) return LaunchStatus{cudaErrorInvalidValue, nullptr};
+  float* parts = static_cast<float*>(workspace);
+  const dim3 grid(plan.splits, c.num_kv_heads * plan.head_tiles, p.num_seqs);
+  auto run = [&](auto head_dim, auto bits) -> LaunchStatus {
+    constexpr int kD = decltype(head_dim)::value, kBits = decltype(bits)::value;
+    AttentionPartsKernel<kD, kBits, kSparse><<<grid, kWarps * 32, 0, stream>>>(p, src, plan, parts);
+    AttentionCombineKernel<kD><<<dim3(p.num_q_heads, p.num_seqs), kD, 0, stream>>>(p, plan.parts(), parts);
+    return LastLaunchError();
+  };
+  auto with_dim = [&](auto head_dim) -> LaunchStatus {
+    switch (c.v_codec.format) {
+      case KvFormat::kTurbo2: return run(head_dim, IntConstant<2>{});
+      case KvFormat::kTurbo3: return run(head_dim, IntConstant<3>{});
+      case KvFormat::kTurbo4: return run(head_dim, IntConstant<4>{});
+      default: return Unsupported("V formats other than turbo2/3/4");
+    }
+  };
+  switch (c.head_dim) {
+    case 64: return with_dim(IntConstant<64>{});
+    case 128: return with_dim(IntConstant<128>{});
+    case 256: return with_dim(IntConstant<256>{});
+    default: return Unsupported("this head_dim");
+  }
+}
+
+inline size_t AttentionWorkspaceBytes(const AttentionParams& p, int positions) {
+  return PartialBytes(p, MakePlan(p, positions, SmCount()));
+}
+
+}  // namespace kvp::attention

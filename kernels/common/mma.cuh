@@ -1,0 +1,42 @@
+// Tensor-core helpers for the attention and indexer kernels (sm_80+ mma.sync, f16 inputs, f32
+// accumulators). Fragment layouts of m16n8k16 (PTX ISA), with g = lane / 4 and t = lane % 4:
+//   A (16x16, row): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
+//   B (16x8, col):  b0 = (k 2t..2t+1, n g), b1 = (k 2t+8..2t+9, n g)
+//   C (16x8):       c0,c1 = (g, 2t..2t+1), c2,c3 = (g+8, 2t..2t+1)
+// The k index of a dot product may be permuted freely as long as A and B agree: the kernels give
+// thread t the contiguous dims [t·D/4, (t+1)·D/4) of a row, so its K bytes come in 16-byte loads.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cstdint>
+
+namespace kvp::mma {
+
+__device__ __forceinline__ void MmaF16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Two E4M3 bytes (low byte = lower k) to two f16, exactly.
+__device__ __forceinline__ uint32_t E4m3x2ToHalf2(uint32_t two_bytes) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes), __NV_E4M3);
+  return uint32_t{h.x} | (uint32_t{h.y} << 16);
+}
+
+__device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&h);
+}
+
+// bf16 bits to f16 (through float; exact for bf16 values inside f16's normal range).
+__device__ __forceinline__ uint32_t Bf16PairToHalf2(uint16_t lo, uint16_t hi) {
+  return PackHalf2(__uint_as_float(uint32_t{lo} << 16), __uint_as_float(uint32_t{hi} << 16));
+}
+
+}  // namespace kvp::mma

@@ -1,0 +1,67 @@
+#include "kernels/cuda_ops.h"
+
+#include "kernels/block_copy/block_copy_launch.h"
+#include "kernels/cache_write/cache_write_launch.h"
+#include "kernels/common/cuda_status.h"
+#include "kernels/indexer_logits/indexer_logits_launch.h"
+#include "kernels/paged_decode/paged_decode_launch.h"
+#include "kernels/sparse_decode/sparse_decode_launch.h"
+#include "kernels/topk/topk_launch.h"
+
+namespace kvp {
+
+absl::StatusOr<void*> CudaWorkspace::Get(size_t bytes) {
+  if (bytes > buffer_.bytes()) {
+    KVP_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());  // the old buffer may still be in use
+    buffer_ = DeviceBuffer();
+    absl::StatusOr<DeviceBuffer> grown = DeviceBuffer::Allocate(bytes);
+    if (!grown.ok()) return grown.status();
+    buffer_ = std::move(*grown);
+  }
+  return buffer_.get();
+}
+
+absl::Status CacheWriteCuda(const CacheWriteParams& p, cudaStream_t stream) {
+  return LaunchToStatus(CacheWriteLaunch(p, stream), "cache write");
+}
+
+absl::Status PagedDecodeCuda(const PagedDecodeParams& p, CudaWorkspace& workspace,
+                             cudaStream_t stream) {
+  const size_t bytes = PagedDecodeWorkspaceBytes(p);
+  absl::StatusOr<void*> ws = workspace.Get(bytes);
+  if (!ws.ok()) return ws.status();
+  return LaunchToStatus(PagedDecodeLaunch(p, *ws, bytes, stream), "paged decode");
+}
+
+absl::Status SparseDecodeCuda(const SparseDecodeParams& p, CudaWorkspace& workspace,
+                              cudaStream_t stream) {
+  const size_t bytes = SparseDecodeWorkspaceBytes(p);
+  absl::StatusOr<void*> ws = workspace.Get(bytes);
+  if (!ws.ok()) return ws.status();
+  return LaunchToStatus(SparseDecodeLaunch(p, *ws, bytes, stream), "sparse decode");
+}
+
+absl::Status IndexerLogitsCuda(const IndexerLogitsParams& p, cudaStream_t stream) {
+  return LaunchToStatus(IndexerLogitsLaunch(p, stream), "indexer logits");
+}
+
+absl::Status TopkCuda(const TopkParams& p, CudaWorkspace& workspace, cudaStream_t stream) {
+  const size_t bytes = TopkWorkspaceBytes(p);
+  absl::StatusOr<void*> ws = workspace.Get(bytes);
+  if (!ws.ok()) return ws.status();
+  return LaunchToStatus(TopkLaunch(p, *ws, bytes, stream), "top-k");
+}
+
+absl::Status GatherBlocksCuda(const BlockCopyParams& p, cudaStream_t stream) {
+  return LaunchToStatus(GatherBlocksLaunch(p, stream), "block gather");
+}
+
+absl::Status ScatterBlocksCuda(const BlockCopyParams& p, cudaStream_t stream) {
+  return LaunchToStatus(ScatterBlocksLaunch(p, stream), "block scatter");
+}
+
+absl::Status SyntheticTokensCuda(const SyntheticTokensParams& p, cudaStream_t stream) {
+  return LaunchToStatus(SyntheticTokensLaunch(p, stream), "synthetic tokens");
+}
+
+}  // namespace kvp

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# Builds (Release, sm_90) and packs the GPU test and benchmark binaries with their libraries into
+# gpu-bundle/, for a GPU host that lacks Abseil and friends (../shared/gpu/bundle.sh).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+./scripts/build.sh
+rm -rf gpu-bundle
+../shared/gpu/bundle.sh gpu-bundle build/tests/kernels/cuda_kernels_test build/bench/kvpool-bench

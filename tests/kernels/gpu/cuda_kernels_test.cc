@@ -1,0 +1,421 @@
+// Every CUDA kernel against its CPU reference, on fresh random inputs each run: writes bit for bit
+// (values, scales and untouched bytes), attention within stated tolerances with NaN-filled unused
+// slots and NaN-poisoned outputs, top-k element for element, and run-to-run determinism.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/block_copy/block_copy_ref.h"
+#include "kernels/cache_write/cache_write_ref.h"
+#include "kernels/cuda_ops.h"
+#include "kernels/indexer_logits/indexer_logits_ref.h"
+#include "kernels/paged_decode/paged_decode_ref.h"
+#include "kernels/sparse_decode/sparse_decode_ref.h"
+#include "kernels/synthetic/synthetic_fill.h"
+#include "kernels/topk/topk_ref.h"
+#include "tests/testing/test_pool.h"
+
+namespace kvp {
+namespace {
+
+using testing::RandomBf16;
+using testing::TestPool;
+
+const float kNan = std::numeric_limits<float>::quiet_NaN();
+
+template <typename T>
+DeviceBuffer Up(const std::vector<T>& host) {
+  return ToDevice(host).value();
+}
+
+template <typename T>
+std::vector<T> Down(const DeviceBuffer& d, size_t n) {
+  std::vector<T> host(n);
+  EXPECT_TRUE(d.CopyTo(host).ok());
+  return host;
+}
+
+class CudaKernelsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) GTEST_SKIP() << "no GPU";
+  }
+  std::mt19937_64 rng_{std::random_device{}()};
+};
+
+// --- cache write -------------------------------------------------------------------------------
+
+TEST_F(CudaKernelsTest, CacheWriteIsBitIdenticalToTheReference) {
+  for (KvFormat v : {KvFormat::kTurbo2, KvFormat::kTurbo3, KvFormat::kTurbo4, KvFormat::kBf16}) {
+    for (int d : {64, 128, 256}) {
+      for (KvFormat k : {KvFormat::kFp8E4m3, KvFormat::kBf16}) {
+        PoolSpec spec;
+        spec.num_layers = 2;
+        spec.num_kv_heads = 3;
+        spec.head_dim = d;
+        spec.block_size = 16;
+        spec.k_format = k;
+        spec.v_format = v;
+        spec.indexer = true;
+        spec.indexer_ue8m0 = d != 64;
+        spec.v_rotation = d != 256 || v != KvFormat::kTurbo4;
+        spec.k_scales = {1.0f, 0.37f};
+        spec.v_scales = {1.0f, 0.05f};
+        const BlockLayout layout = BlockLayout::Create(spec).value();
+        const int64_t blocks = 12;
+        const int tokens = 150;
+        std::vector<uint8_t> host(blocks * layout.block_stride(), 0xFF);
+        DeviceBuffer arena = Up(host);
+        std::vector<int64_t> slots(tokens);
+        std::vector<int64_t> all(blocks * 16);
+        std::iota(all.begin(), all.end(), 0);
+        std::shuffle(all.begin(), all.end(), rng_);
+        for (int t = 0; t < tokens; ++t) slots[t] = t % 11 == 5 ? -1 : all[t];
+        const auto kk = RandomBf16(rng_, size_t(tokens) * 3 * d, 3.0f);
+        const auto vv = RandomBf16(rng_, size_t(tokens) * 3 * d, 0.02f);
+        auto ik = RandomBf16(rng_, size_t(tokens) * 128, 0.5f);
+        ik[7] = Bf16FromFloat(0.0f);
+        DeviceBuffer dk = Up(kk), dv = Up(vv), dik = Up(ik), dslots = Up(slots);
+        for (int layer = 0; layer < 2; ++layer) {
+          CacheWriteParams ref{layout.Layer(host.data(), blocks, layer), kk.data(), vv.data(),
+                               ik.data(), slots.data(), tokens};
+          ASSERT_TRUE(CacheWriteRef(ref).ok());
+          CacheWriteParams dev{layout.Layer(arena.get<uint8_t>(), blocks, layer), dk.get<Bf16>(),
+                               dv.get<Bf16>(), dik.get<Bf16>(), dslots.get<int64_t>(), tokens};
+          ASSERT_TRUE(CacheWriteCuda(dev, nullptr).ok());
+        }
+        const std::vector<uint8_t> got = Down<uint8_t>(arena, host.size());
+        size_t mismatches = 0, first = 0;
+        for (size_t i = 0; i < host.size(); ++i) {
+          if (got[i] != host[i] && mismatches++ == 0) first = i;
+        }
+        EXPECT_EQ(mismatches, 0u) << spec.DebugString() << " first at byte " << first;
+        // Run to run: writing again gives the same bytes.
+        CacheWriteParams dev{layout.Layer(arena.get<uint8_t>(), blocks, 1), dk.get<Bf16>(),
+                             dv.get<Bf16>(), dik.get<Bf16>(), dslots.get<int64_t>(), tokens};
+        ASSERT_TRUE(CacheWriteCuda(dev, nullptr).ok());
+        EXPECT_EQ(Down<uint8_t>(arena, host.size()), got);
+      }
+    }
+  }
+}
+
+// --- attention ---------------------------------------------------------------------------------
+
+struct AttentionCase {
+  int head_dim, kv_heads, q_heads, block_size;
+  KvFormat v_format;
+  int window;
+  float tau;
+};
+
+// Relative L2 and max-abs error of got vs want, with NaN checks.
+void ExpectClose(const std::vector<float>& got, const std::vector<float>& want, double rel_l2,
+                 const std::string& what) {
+  double err = 0, ref = 0, max_err = 0, max_ref = 0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(std::isnan(got[i]), std::isnan(want[i])) << what << " at " << i;
+    if (std::isnan(want[i])) continue;
+    err += std::pow(double(got[i]) - want[i], 2);
+    ref += double(want[i]) * want[i];
+    max_err = std::max(max_err, std::fabs(double(got[i]) - want[i]));
+    max_ref = std::max(max_ref, std::fabs(double(want[i])));
+  }
+  EXPECT_LE(std::sqrt(err / ref), rel_l2) << what;
+  EXPECT_LE(max_err, 10 * rel_l2 * max_ref) << what;
+}
+
+struct DevicePool {
+  DeviceBuffer arena, tables, lens;
+  explicit DevicePool(TestPool& pool)
+      : arena(Up(pool.arena())), tables(Up(pool.block_tables())), lens(Up(pool.seq_lens())) {}
+};
+
+AttentionParams HostAttention(TestPool& pool, const std::vector<Bf16>& q, std::vector<float>& out,
+                              int q_heads, float tau) {
+  AttentionParams a;
+  a.cache = pool.Layer(0);
+  a.q = q.data();
+  a.block_tables = pool.block_tables().data();
+  a.block_table_stride = pool.block_table_stride();
+  a.seq_lens = pool.seq_lens().data();
+  a.out = out.data();
+  a.num_seqs = static_cast<int>(pool.seq_lens().size());
+  a.num_q_heads = q_heads;
+  a.softmax_scale = DefaultSoftmaxScale(pool.layout().spec().head_dim);
+  a.sparse_v_threshold = tau;
+  a.max_seq_len = *std::max_element(pool.seq_lens().begin(), pool.seq_lens().end());
+  return a;
+}
+
+AttentionParams DeviceAttention(const AttentionParams& host, TestPool& pool, DevicePool& dp,
+                                const DeviceBuffer& q, const DeviceBuffer& out) {
+  AttentionParams a = host;
+  a.cache = pool.layout().Layer(dp.arena.get<uint8_t>(), pool.num_blocks(), 0);
+  a.q = q.get<Bf16>();
+  a.block_tables = dp.tables.get<int32_t>();
+  a.seq_lens = dp.lens.get<int32_t>();
+  a.out = out.get<float>();
+  return a;
+}
+
+TEST_F(CudaKernelsTest, PagedDecodeMatchesTheReference) {
+  const AttentionCase cases[] = {
+      {128, 8, 32, 64, KvFormat::kTurbo3, 0, 0.0f},   {128, 2, 8, 16, KvFormat::kTurbo4, 0, 0.0f},
+      {64, 4, 4, 32, KvFormat::kTurbo2, 0, 0.0f},     {256, 1, 16, 64, KvFormat::kTurbo3, 0, 0.0f},
+      {128, 4, 8, 64, KvFormat::kTurbo3, 300, 0.0f},  {128, 2, 20, 16, KvFormat::kTurbo2, 0, 0.0f},
+  };
+  CudaWorkspace ws;
+  for (const AttentionCase& c : cases) {
+    PoolSpec spec;
+    spec.num_kv_heads = c.kv_heads;
+    spec.head_dim = c.head_dim;
+    spec.block_size = c.block_size;
+    spec.v_format = c.v_format;
+    spec.k_scales = {0.5f};
+    spec.v_scales = {0.25f};
+    TestPool pool(spec, 3700 / c.block_size + 10);
+    pool.FillSequences(rng_, {1, 17, c.block_size * 5, 1000, 2500}, 1.0f, 1.0f);
+    const int n = 5;
+    const auto q = RandomBf16(rng_, size_t(n) * c.q_heads * c.head_dim, 2.0f);
+    std::vector<float> want(q.size(), kNan);
+    PagedDecodeParams ref{HostAttention(pool, q, want, c.q_heads, c.tau), c.window};
+    ASSERT_TRUE(PagedDecodeRef(ref).ok());
+    DevicePool dp(pool);
+    DeviceBuffer dq = Up(q), dout = Up(std::vector<float>(q.size(), kNan));
+    PagedDecodeParams dev{DeviceAttention(ref.attn, pool, dp, dq, dout), c.window};
+    ASSERT_TRUE(PagedDecodeCuda(dev, ws, nullptr).ok());
+    const auto got = Down<float>(dout, q.size());
+    ExpectClose(got, want, 3e-3, spec.DebugString() + " q_heads " + std::to_string(c.q_heads) +
+                                     " window " + std::to_string(c.window));
+    ASSERT_TRUE(PagedDecodeCuda(dev, ws, nullptr).ok());
+    EXPECT_EQ(Down<float>(dout, q.size()), got) << "run to run";
+  }
+}
+
+TEST_F(CudaKernelsTest, SparseVThresholdStaysWithinItsBound) {
+  PoolSpec spec;
+  spec.num_kv_heads = 2;
+  TestPool pool(spec, 300);
+  pool.FillSequences(rng_, {8000, 3000});
+  const auto q = RandomBf16(rng_, 2 * 8 * 128, 3.0f);  // peaked attention
+  DevicePool dp(pool);
+  DeviceBuffer dq = Up(q), dense_out = Up(std::vector<float>(q.size(), kNan));
+  std::vector<float> host_out(q.size());
+  CudaWorkspace ws;
+  PagedDecodeParams dense{DeviceAttention(HostAttention(pool, q, host_out, 8, 0.0f), pool, dp, dq,
+                                          dense_out), 0};
+  ASSERT_TRUE(PagedDecodeCuda(dense, ws, nullptr).ok());
+  const auto o = Down<float>(dense_out, q.size());
+  for (float tau : {1e-6f, 1e-3f, 1e-2f}) {
+    DeviceBuffer out = Up(std::vector<float>(q.size(), kNan));
+    PagedDecodeParams sparse = dense;
+    sparse.attn.out = out.get<float>();
+    sparse.attn.sparse_v_threshold = tau;
+    ASSERT_TRUE(PagedDecodeCuda(sparse, ws, nullptr).ok());
+    const auto o_tau = Down<float>(out, q.size());
+    // ‖o_τ - o‖ <= n · τ · max‖v̂‖ with n the sequence length (every skip is one of them).
+    for (int s = 0; s < 2; ++s) {
+      for (int h = 0; h < 8; ++h) {
+        double diff = 0;
+        for (int e = 0; e < 128; ++e) {
+          const size_t i = (size_t(s) * 8 + h) * 128 + e;
+          diff += std::pow(double(o_tau[i]) - o[i], 2);
+        }
+        const double max_v_norm = 4.0 * std::sqrt(128.0);  // |v| <= ~4 sigma per element
+        EXPECT_LE(std::sqrt(diff), pool.seq_lens()[s] * tau * max_v_norm + 1e-3) << tau;
+      }
+    }
+  }
+}
+
+TEST_F(CudaKernelsTest, SparseDecodeMatchesTheReference) {
+  CudaWorkspace ws;
+  for (int q_heads : {32, 128}) {
+    PoolSpec spec;
+    spec.num_kv_heads = q_heads == 128 ? 1 : 8;
+    spec.v_format = q_heads == 128 ? KvFormat::kTurbo4 : KvFormat::kTurbo3;
+    TestPool pool(spec, 400);
+    pool.FillSequences(rng_, {5000, 700, 3000, 64});
+    const int n = 4, topk = 2048;
+    std::vector<int32_t> indices(n * topk, -1);
+    for (int s = 0; s < n; ++s) {
+      std::vector<int32_t> all(pool.seq_lens()[s]);
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng_);
+      const int take = std::min<int>(all.size(), topk - 100);
+      std::copy(all.begin(), all.begin() + take, indices.begin() + s * topk);
+      std::shuffle(indices.begin() + s * topk, indices.begin() + (s + 1) * topk, rng_);
+    }
+    const auto q = RandomBf16(rng_, size_t(n) * q_heads * 128, 2.0f);
+    std::vector<float> want(q.size(), kNan);
+    SparseDecodeParams ref{HostAttention(pool, q, want, q_heads, 0.0f), indices.data(), topk};
+    ASSERT_TRUE(SparseDecodeRef(ref).ok());
+    DevicePool dp(pool);
+    DeviceBuffer dq = Up(q), dout = Up(std::vector<float>(q.size(), kNan)), di = Up(indices);
+    SparseDecodeParams dev{DeviceAttention(ref.attn, pool, dp, dq, dout), di.get<int32_t>(), topk};
+    ASSERT_TRUE(SparseDecodeCuda(dev, ws, nullptr).ok());
+    ExpectClose(Down<float>(dout, q.size()), want, 3e-3, "q_heads " + std::to_string(q_heads));
+  }
+}
+
+// --- indexer and top-k -------------------------------------------------------------------------
+
+TEST_F(CudaKernelsTest, IndexerLogitsMatchTheReference) {
+  PoolSpec spec;
+  spec.num_kv_heads = 1;
+  spec.indexer = true;
+  TestPool pool(spec, 200);
+  pool.FillSequences(rng_, {5000, 1, 130, 4096});
+  const int n = 4, stride = 5120;
+  const auto q = RandomBf16(rng_, size_t(n) * kIndexHeads * kIndexHeadDim);
+  std::vector<float> w(n * kIndexHeads);
+  std::uniform_real_distribution<float> uni(-0.2f, 1.0f);
+  for (float& x : w) x = uni(rng_);
+  std::vector<float> want(n * stride, kNan);
+  IndexerLogitsParams ref{pool.Layer(0), q.data(), w.data(), pool.block_tables().data(),
+                          pool.block_table_stride(), pool.seq_lens().data(), want.data(), stride, n,
+                          kIndexHeads};
+  ASSERT_TRUE(IndexerLogitsRef(ref).ok());
+  DevicePool dp(pool);
+  DeviceBuffer dq = Up(q), dw = Up(w), dout = Up(std::vector<float>(want.size(), kNan));
+  IndexerLogitsParams dev = ref;
+  dev.cache = pool.layout().Layer(dp.arena.get<uint8_t>(), pool.num_blocks(), 0);
+  dev.index_q = dq.get<Bf16>();
+  dev.head_weights = dw.get<float>();
+  dev.block_tables = dp.tables.get<int32_t>();
+  dev.seq_lens = dp.lens.get<int32_t>();
+  dev.logits = dout.get<float>();
+  ASSERT_TRUE(IndexerLogitsCuda(dev, nullptr).ok());
+  const auto got = Down<float>(dout, want.size());
+  double max_rel = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isinf(want[i])) {
+      ASSERT_EQ(got[i], want[i]) << i;
+      continue;
+    }
+    max_rel = std::max(max_rel, std::fabs(double(got[i]) - want[i]) / (1.0 + std::fabs(want[i])));
+  }
+  EXPECT_LE(max_rel, 1e-4);
+  ASSERT_TRUE(IndexerLogitsCuda(dev, nullptr).ok());
+  EXPECT_EQ(Down<float>(dout, want.size()), got) << "run to run";
+}
+
+void ExpectTopkEqualsReference(const std::vector<float>& scores, const std::vector<int32_t>& lens,
+                               int stride, int k, const std::string& what) {
+  const int rows = static_cast<int>(lens.size());
+  std::vector<int32_t> want(size_t(rows) * k, -7);
+  TopkParams ref{scores.data(), lens.data(), want.data(), stride, rows, k};
+  ASSERT_TRUE(TopkRef(ref).ok());
+  DeviceBuffer ds = Up(scores), dl = Up(lens), di = Up(std::vector<int32_t>(want.size(), -7));
+  TopkParams dev{ds.get<float>(), dl.get<int32_t>(), di.get<int32_t>(), stride, rows, k};
+  CudaWorkspace ws;
+  ASSERT_TRUE(TopkCuda(dev, ws, nullptr).ok());
+  const auto got = Down<int32_t>(di, want.size());
+  EXPECT_EQ(got, want) << what;
+  ASSERT_TRUE(TopkCuda(dev, ws, nullptr).ok());
+  EXPECT_EQ(Down<int32_t>(di, want.size()), got) << what << " run to run";
+}
+
+TEST_F(CudaKernelsTest, TopkEqualsTheReferenceElementForElement) {
+  std::normal_distribution<float> normal;
+  for (int k : {1, 256, 2048}) {
+    const int stride = 163840;
+    std::vector<float> scores(stride);
+    for (float& x : scores) x = normal(rng_);
+    ExpectTopkEqualsReference(scores, {stride}, stride, k, "random k=" + std::to_string(k));
+  }
+  // Batches with rows of different lengths, ties, -inf, NaN, short rows.
+  const int rows = 12, stride = 20000;
+  std::vector<float> scores(size_t(rows) * stride);
+  std::vector<int32_t> lens(rows);
+  std::uniform_int_distribution<int> few(0, 5);
+  for (int r = 0; r < rows; ++r) {
+    lens[r] = r == 0 ? 0 : r == 1 ? 100 : r == 2 ? 2048 : std::uniform_int_distribution<int>(2049, stride)(rng_);
+    for (int i = 0; i < stride; ++i) {
+      float& x = scores[size_t(r) * stride + i];
+      switch (r % 4) {
+        case 0: x = static_cast<float>(few(rng_)); break;                      // ties
+        case 1: x = -std::numeric_limits<float>::infinity(); break;            // -inf row
+        case 2: x = i % 3 == 0 ? kNan : normal(rng_); break;                   // NaN
+        default: x = i % 2 ? 0.0f : -0.0f;                                     // signed zeros
+      }
+    }
+  }
+  ExpectTopkEqualsReference(scores, lens, stride, 2048, "mixed rows");
+  ExpectTopkEqualsReference(scores, lens, stride, 64, "mixed rows k=64");
+}
+
+// --- block copy and synthetic ------------------------------------------------------------------
+
+TEST_F(CudaKernelsTest, BlockGatherScatterMoveExactBytes) {
+  const int64_t stride = 256 * 37, blocks = 40;
+  std::vector<uint8_t> arena(stride * blocks);
+  for (uint8_t& b : arena) b = static_cast<uint8_t>(rng_());
+  std::vector<int32_t> ids = {5, 39, 0, 17, 22};
+  std::vector<uint8_t> staging(ids.size() * stride);
+  BlockCopyParams ref{arena.data(), blocks, stride, ids.data(), 5, staging.data()};
+  ASSERT_TRUE(GatherBlocksRef(ref).ok());
+  DeviceBuffer da = Up(arena), dids = Up(ids), dst = Up(std::vector<uint8_t>(staging.size()));
+  BlockCopyParams dev{da.get<uint8_t>(), blocks, stride, dids.get<int32_t>(), 5, dst.get<uint8_t>()};
+  ASSERT_TRUE(GatherBlocksCuda(dev, nullptr).ok());
+  EXPECT_EQ(Down<uint8_t>(dst, staging.size()), staging);
+  std::vector<int32_t> to = {1, 2, 3, 4, 6};
+  DeviceBuffer dto = Up(to), target = Up(std::vector<uint8_t>(arena.size(), 0xEE));
+  std::vector<uint8_t> want(arena.size(), 0xEE);
+  BlockCopyParams sref{want.data(), blocks, stride, to.data(), 5, staging.data()};
+  ASSERT_TRUE(ScatterBlocksRef(sref).ok());
+  BlockCopyParams sdev{target.get<uint8_t>(), blocks, stride, dto.get<int32_t>(), 5, dst.get<uint8_t>()};
+  ASSERT_TRUE(ScatterBlocksCuda(sdev, nullptr).ok());
+  EXPECT_EQ(Down<uint8_t>(target, arena.size()), want);
+}
+
+TEST_F(CudaKernelsTest, SyntheticGeneratorMatchesTheCpuBitForBit) {
+  SyntheticConfig cfg;
+  cfg.seed = rng_();
+  SyntheticShape shape{4, 16, 128};
+  std::vector<int32_t> tokens(333);
+  for (int32_t& t : tokens) t = static_cast<int32_t>(rng_() % 100000);
+  const size_t row = 4 * 128;
+  std::vector<Bf16> k(tokens.size() * row), v(k.size()), ik(tokens.size() * 128);
+  FillSyntheticTokens(cfg, shape, 5, tokens, 1000, k.data(), v.data(), ik.data());
+  DeviceBuffer dt = Up(tokens), dk = Up(std::vector<Bf16>(k.size())), dv = Up(std::vector<Bf16>(v.size())),
+               dik = Up(std::vector<Bf16>(ik.size()));
+  SyntheticTokensParams p{cfg, 5, 4, 128, dt.get<int32_t>(), int64_t(tokens.size()), 1000,
+                          dk.get<Bf16>(), dv.get<Bf16>(), dik.get<Bf16>()};
+  ASSERT_TRUE(SyntheticTokensCuda(p, nullptr).ok());
+  auto bits = [](const std::vector<Bf16>& x) {
+    std::vector<uint16_t> b(x.size());
+    for (size_t i = 0; i < x.size(); ++i) b[i] = x[i].bits;
+    return b;
+  };
+  EXPECT_EQ(bits(Down<Bf16>(dk, k.size())), bits(k));
+  EXPECT_EQ(bits(Down<Bf16>(dv, v.size())), bits(v));
+  EXPECT_EQ(bits(Down<Bf16>(dik, ik.size())), bits(ik));
+}
+
+TEST_F(CudaKernelsTest, UnsupportedCombinationsAreNamed) {
+  PoolSpec spec;
+  spec.k_format = KvFormat::kBf16;
+  TestPool pool(spec, 4);
+  pool.FillSequences(rng_, {10});
+  std::vector<float> out(8 * 128);
+  const auto q = RandomBf16(rng_, 8 * 128);
+  DevicePool dp(pool);
+  DeviceBuffer dq = Up(q), dout = Up(out);
+  PagedDecodeParams dev{DeviceAttention(HostAttention(pool, q, out, 8, 0.0f), pool, dp, dq, dout), 0};
+  CudaWorkspace ws;
+  const absl::Status s = PagedDecodeCuda(dev, ws, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("fp8_e4m3"), absl::string_view::npos) << s;
+}
+
+}  // namespace
+}  // namespace kvp
