@@ -2,6 +2,8 @@
 // group. The D/16 threads of a head sit in one warp, so the cross-group stages of the rotation are
 // xor-shuffles; within a thread the arithmetic is the shared host/device code of kvpool/format,
 // which is what makes the bytes identical to the CPU reference.
+#include <cuda_fp8.h>
+
 #include <cstdint>
 
 #include "kernels/cache_write/cache_write_launch.h"
@@ -34,14 +36,29 @@ __device__ __forceinline__ void StoreBf16x16(const float* x, uint8_t* dst) {
   d[1] = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
-__device__ __forceinline__ void StoreE4m3x16(const float* x, float scale, uint8_t* dst) {
-  uint32_t w[4] = {0, 0, 0, 0};
+// E4m3FromFloat of two values. The hardware converter rounds to nearest even and saturates like
+// __NV_SATFINITE for normal magnitudes; NaN (it drops the sign) and the subnormal range (its ties
+// are not the reference's) go through the integer encoder, which is the definition.
+__device__ __forceinline__ uint32_t E4m3x2(float lo, float hi) {
+  uint32_t two = __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
+  constexpr float kMinNormal = 0.015625f;  // 2^-6
+  if (!(fabsf(lo) >= kMinNormal)) two = (two & 0xFF00u) | E4m3FromFloat(lo);
+  if (!(fabsf(hi) >= kMinNormal)) two = (two & 0x00FFu) | (uint32_t{E4m3FromFloat(hi)} << 8);
+  return two;
+}
+
+// 16 values as E4M3(x · multiplier) or E4M3(x / divisor): one of the two is 1.
+__device__ __forceinline__ void StoreE4m3x16(const float* x, float divisor, float multiplier,
+                                             uint8_t* dst) {
+  float v[16];
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
-    // x / 1 == x exactly, so skipping the division keeps the bytes of E4M3(x / scale).
-    const float v = scale == 1.0f ? x[i] : DivRn(x[i], scale);
-    w[i / 4] |= uint32_t{E4m3FromFloat(v)} << (8 * (i % 4));
+    // x / 1 == x and x · 1 == x exactly, so skipping either keeps the reference's bytes.
+    v[i] = divisor != 1.0f ? DivRn(x[i], divisor) : (multiplier != 1.0f ? MulRn(x[i], multiplier) : x[i]);
   }
+  uint32_t w[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) w[i] = E4m3x2(v[4 * i], v[4 * i + 1]) | (E4m3x2(v[4 * i + 2], v[4 * i + 3]) << 16);
   *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
@@ -122,11 +139,12 @@ __global__ void __launch_bounds__(kThreads) CacheWriteKernel(CacheWriteParams p,
     if (slot < 0) return;
     const int64_t block = slot / c.block_size;
     const int offset = static_cast<int>(slot % c.block_size);
-    uint32_t w[4] = {0, 0, 0, 0};
-#pragma unroll
-    for (int i = 0; i < 16; ++i) w[i / 4] |= uint32_t{E4m3FromFloat(DivRn(x[i], s))} << (8 * (i % 4));
-    *reinterpret_cast<uint4*>(c.IndexValues(block, offset) + group * 16) =
-        make_uint4(w[0], w[1], w[2], w[3]);
+    // A UE8M0 scale is a power of two, so dividing by it is multiplying by its exact reciprocal.
+    if (c.index_codec.ue8m0) {
+      StoreE4m3x16(x, 1.0f, DivRn(1.0f, s), c.IndexValues(block, offset) + group * 16);
+    } else {
+      StoreE4m3x16(x, s, 1.0f, c.IndexValues(block, offset) + group * 16);
+    }
     if (group == 0) *reinterpret_cast<float*>(c.IndexScale(block, offset)) = s;
     return;
   }
@@ -147,7 +165,7 @@ __global__ void __launch_bounds__(kThreads) CacheWriteKernel(CacheWriteParams p,
     LoadBf16x16(p.k + src, x);
     uint8_t* k_row = c.K(block, offset, head);
     if (c.k_codec.format == KvFormat::kFp8E4m3) {
-      StoreE4m3x16(x, c.k_codec.scale, k_row + group * 16);
+      StoreE4m3x16(x, c.k_codec.scale, 1.0f, k_row + group * 16);
     } else {
       StoreBf16x16(x, k_row + group * 32);
     }

@@ -1,16 +1,18 @@
 // The attention core shared by dense paged decode and sparse decode on the GPU: flash-decoding
 // over FP8 K and TurboNV V with tensor cores.
 //
-// Work split: a CTA takes (sequence, kv head, tile of 16 q heads, split of the positions); each
-// of its warps walks 16-position tiles of that split and keeps its own running max, sum and
-// accumulator, written out as one "part". A second kernel merges the parts of each q head, applies
-// the inverse Walsh-Hadamard rotation once and writes the output.
+// Work split: a CTA takes (sequence, kv head, up to 4 tiles of 16 q heads, split of the
+// positions). All its threads stage 64 positions at a time (K, V codes, V scales) into shared
+// memory with cp.async, three stages deep; each warp walks 16-position tiles of the staged chunks
+// for its head tile and keeps its own running max, sum and accumulator, written out as one
+// "part". A second kernel merges the parts of each q head, applies the inverse Walsh-Hadamard
+// rotation once and writes the output.
 //
-// Per 16-position tile a warp computes S = Q·Kᵀ (two m16n8k16 per 16 dims: K bytes go straight from
-// global memory into B fragments, 32 contiguous bytes per thread), the online softmax on S in the
-// C fragments, and O += P·V where P's A fragments are S's C fragments (no shuffles) and V is
-// dequantized into B fragments: thread g decodes dims [g·D/8, (g+1)·D/8) of 4 positions, which for
-// D = 128 is exactly TurboNV group g. Accumulation stays in the rotated domain.
+// Per 16-position tile a warp computes S = Q·Kᵀ (two m16n8k16 per 16 dims; thread t reads 32
+// contiguous K bytes of a row into B fragments), the online softmax on S in the C fragments, and
+// O += P·V where P's A fragments are S's C fragments (no shuffles) and V is dequantized into B
+// fragments: thread g decodes dims [g·D/8, (g+1)·D/8) of 4 positions, which for D = 128 is exactly
+// TurboNV group g. Accumulation stays in the rotated domain.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -28,53 +30,14 @@ inline constexpr int kWarps = 4;
 inline constexpr int kTile = 16;
 inline constexpr float kLog2e = 1.4426950408889634f;
 
-// Where a CTA's positions come from.
-struct PositionSource {
-  const int32_t* indices = nullptr;  // sparse: [num_seqs, topk]; null for dense
-  int32_t topk = 0;
-  int32_t window = 0;  // dense only
-};
-
-struct Plan {
-  int head_tiles = 1;
-  int splits = 1;
-  KVP_HD int parts() const { return splits * kWarps; }
-};
-
-// Partial results: [num_seqs, num_q_heads, parts, D + 2] floats = (max in log2 units, sum, acc[D]).
-inline size_t PartialBytes(const AttentionParams& p, const Plan& plan) {
-  return size_t(p.num_seqs) * p.num_q_heads * plan.parts() * (p.cache.head_dim + 2) * sizeof(float);
-}
-
-inline Plan MakePlan(const AttentionParams& p, int positions, int num_sms) {
-  Plan plan;
-  const int group = p.num_q_heads / p.cache.num_kv_heads;
-  plan.head_tiles = (group + 15) / 16;
-  const int tiles = (positions + kTile - 1) / kTile;
-  const int base = p.num_seqs * p.cache.num_kv_heads * plan.head_tiles;
-  const int want = (4 * num_sms + base - 1) / (base > 0 ? base : 1);
-  const int most = (tiles + kWarps - 1) / kWarps;
-  plan.splits = want < 1 ? 1 : (want > most ? (most > 0 ? most : 1) : want);
-  return plan;
-}
-
-// Dequantizes dims [g·D/8, (g+1)·D/8) of one position's V (rotated domain) into v; zeros for a
-// masked position (pos < 0). D = 128: TurboNV group g; D = 256: groups 2g, 2g + 1; D = 64: half
-// of group g / 2.
+// Dequantizes dims [g·D/8, (g+1)·D/8) of one staged V row (rotated domain) into v. D = 128:
+// TurboNV group g; D = 256: groups 2g, 2g + 1; D = 64: half of group g / 2. A masked position
+// was staged as zeros, so its scale, and every value, is 0.
 template <int kHeadDim, int kVBits>
-__device__ __forceinline__ void DecodeValueDims(const LayerCache& c, const int32_t* table,
-                                                int32_t pos, int kv_head, int g,
-                                                const float* levels, float* v) {
+__device__ __forceinline__ void DecodeValueDims(const uint8_t* vdata, const uint8_t* vscale,
+                                                float v_scale, int g, const float* levels,
+                                                float* v) {
   constexpr int kDims = kHeadDim / 8;
-  if (pos < 0) {
-#pragma unroll
-    for (int j = 0; j < kDims; ++j) v[j] = 0.0f;
-    return;
-  }
-  const int32_t block = table[pos / c.block_size];
-  const int slot = pos % c.block_size;
-  const uint8_t* vdata = c.VData(block, slot, kv_head);
-  const uint8_t* vscale = c.VScale(block, slot, kv_head);
   constexpr int kGroups = kDims >= 16 ? kDims / 16 : 1;
   constexpr int kPerGroup = kDims >= 16 ? 16 : kDims;
 #pragma unroll
@@ -92,7 +55,7 @@ __device__ __forceinline__ void DecodeValueDims(const LayerCache& c, const int32
       bits = *reinterpret_cast<const uint64_t*>(bytes);
     }
     const __half_raw sh = __nv_cvt_fp8_to_halfraw(vscale[grp], __NV_E4M3);
-    const float scale = __half2float(__half(sh)) * c.v_codec.scale;
+    const float scale = __half2float(__half(sh)) * v_scale;
 #pragma unroll
     for (int i = 0; i < kPerGroup; ++i) {
       const int code = static_cast<int>((bits >> (kVBits * (first_elem + i))) & ((1u << kVBits) - 1u));
@@ -101,46 +64,154 @@ __device__ __forceinline__ void DecodeValueDims(const LayerCache& c, const int32
   }
 }
 
+// Where a CTA's positions come from.
+struct PositionSource {
+  const int32_t* indices = nullptr;  // sparse: [num_seqs, topk]; null for dense
+  int32_t topk = 0;
+  int32_t window = 0;  // dense only
+};
+
+inline constexpr int kChunk = kWarps * kTile;  // positions staged in shared memory per step
+inline constexpr int kStages = 3;             // cp.async pipeline depth
+
+// How the work is cut. A CTA covers `tiles_per_cta` head tiles of one kv head; its warps split
+// into head tiles (warp / warps_per_head_tile) and, within one, take every
+// warps_per_head_tile-th 16-position tile of each staged chunk.
+struct Plan {
+  int head_tiles = 1;     // ceil(q heads per kv head / 16)
+  int tiles_per_cta = 1;  // head tiles one CTA covers: 1, 2 or 4
+  int splits = 1;         // CTAs along the positions
+  KVP_HD int warps_per_head_tile() const { return kWarps / tiles_per_cta; }
+  KVP_HD int ctas_per_kv_head() const { return (head_tiles + tiles_per_cta - 1) / tiles_per_cta; }
+  KVP_HD int parts() const { return splits * warps_per_head_tile(); }
+};
+
+// Partial results: [num_seqs, num_q_heads, parts, D + 2] floats = (max in log2 units, sum, acc[D]).
+inline size_t PartialBytes(const AttentionParams& p, const Plan& plan) {
+  return size_t(p.num_seqs) * p.num_q_heads * plan.parts() * (p.cache.head_dim + 2) * sizeof(float);
+}
+
+inline Plan MakePlan(const AttentionParams& p, int positions, int num_sms) {
+  Plan plan;
+  const int group = p.num_q_heads / p.cache.num_kv_heads;
+  plan.head_tiles = (group + 15) / 16;
+  plan.tiles_per_cta = plan.head_tiles >= 4 ? 4 : (plan.head_tiles >= 2 ? 2 : 1);
+  const int chunks = (positions + kChunk - 1) / kChunk;
+  const int base = p.num_seqs * p.cache.num_kv_heads * plan.ctas_per_kv_head();
+  const int want = (4 * num_sms + base - 1) / (base > 0 ? base : 1);
+  plan.splits = want < 1 ? 1 : (want > chunks ? (chunks > 0 ? chunks : 1) : want);
+  return plan;
+}
+
+// Shared-memory layout of one pipeline stage: K rows padded by 16 bytes (conflict-free 16-byte
+// reads), V code rows, V scale rows, and each staged position (-1 = masked).
+template <int kHeadDim, int kVBits>
+struct Stage {
+  static constexpr int kKRow = kHeadDim + 16;
+  static constexpr int kVRow = kHeadDim * kVBits / 8;
+  static constexpr int kSRow = kHeadDim / 16;
+  static constexpr int kKBytes = kChunk * kKRow;
+  static constexpr int kVBytes = kChunk * kVRow;
+  static constexpr int kSBytes = kChunk * kSRow;
+  static constexpr int kBytes = kKBytes + kVBytes + kSBytes + kChunk * 4;
+  static_assert(kKBytes % 16 == 0 && kVBytes % 16 == 0 && kSBytes % 16 == 0);
+};
+
+template <int kHeadDim, int kVBits>
+inline constexpr int kSharedBytes = kStages * Stage<kHeadDim, kVBits>::kBytes + 64;
+
+// cp.async of kSize bytes (4, 8 or 16); bytes_valid = 0 fills the destination with zeros.
+template <int kSize>
+__device__ __forceinline__ void CpAsync(void* smem, const void* gmem, int bytes_valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if constexpr (kSize == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes_valid));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem), "n"(kSize),
+                 "r"(bytes_valid));
+  }
+}
+__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n"); }
+template <int kPending>
+__device__ __forceinline__ void CpAsyncWait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
 template <int kHeadDim, int kVBits, bool kSparse>
 __global__ void __launch_bounds__(kWarps * 32)
     AttentionPartsKernel(AttentionParams p, PositionSource src, Plan plan, float* parts) {
+  using St = Stage<kHeadDim, kVBits>;
   constexpr int kSteps = kHeadDim / 16;  // k-steps of Q·Kᵀ
-  constexpr int kNTiles = kHeadDim / 8;  // n-tiles of P·V; also dims per thread
-  constexpr int kKWords = kHeadDim / 16; // 32-bit K words per thread and row
-  __shared__ float levels[16];
+  constexpr int kNTiles = kHeadDim / 8;  // n-tiles of P·V; also V dims per thread
+  extern __shared__ __align__(16) uint8_t smem[];
+  float* levels = reinterpret_cast<float*>(smem + kStages * St::kBytes);
 
   const LayerCache& c = p.cache;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
   const int split = blockIdx.x;
-  const int kv_head = blockIdx.y / plan.head_tiles;
-  const int head_tile = blockIdx.y % plan.head_tiles;
+  const int ctas_per_kv = plan.ctas_per_kv_head();
+  const int kv_head = blockIdx.y / ctas_per_kv;
+  const int wpt = plan.warps_per_head_tile();
+  const int head_tile = (blockIdx.y % ctas_per_kv) * plan.tiles_per_cta + warp / wpt;
+  const int sub = warp % wpt;
   const int seq = blockIdx.z;
   const int group = p.num_q_heads / c.num_kv_heads;
-  if (threadIdx.x < (1 << kVBits) && kVBits <= 4) {
-    if constexpr (kVBits <= 4) levels[threadIdx.x] = TurboCodebook<kVBits>::Level(threadIdx.x);
-  }
-  __syncthreads();
+  if (threadIdx.x < (1 << kVBits)) levels[threadIdx.x] = TurboCodebook<kVBits>::Level(threadIdx.x);
 
   const int32_t len = p.seq_lens[seq];
   const int32_t* table = p.block_tables + int64_t{seq} * p.block_table_stride;
-  int32_t first = 0, count;
+  int32_t first = 0, window_start = 0, count;
   if constexpr (kSparse) {
     count = src.topk;
   } else {
-    first = src.window > 0 && len > src.window ? len - src.window : 0;
-    first &= ~(kTile - 1);
+    window_start = src.window > 0 && len > src.window ? len - src.window : 0;
+    first = window_start & ~(kTile - 1);
     count = len - first;
   }
-  const int tiles = count > 0 ? (count + kTile - 1) / kTile : 0;
-  const int per_split = (tiles + plan.splits - 1) / plan.splits;
-  const int tile_begin = split * per_split;
-  const int tile_end = min(tiles, tile_begin + per_split);
-  const int32_t window_start = kSparse ? 0 : (src.window > 0 && len > src.window ? len - src.window : 0);
+  const int chunks = count > 0 ? (count + kChunk - 1) / kChunk : 0;
+  const int per_split = (chunks + plan.splits - 1) / plan.splits;
+  const int chunk_begin = split * per_split;
+  const int chunk_end = min(chunks, chunk_begin + per_split);
+
+  // Two threads per staged position: thread pair i stages position i of each chunk. Its position
+  // and block id are loaded an iteration before they are needed, so the cp.async of a chunk never
+  // waits on a dependent load of the block table (or of the top-k indices).
+  const int pair = threadIdx.x / 2, half = threadIdx.x % 2;
+  auto position_of = [&](int chunk) -> int32_t {
+    if (chunk >= chunk_end) return -1;
+    if constexpr (kSparse) {
+      const int idx = chunk * kChunk + pair;
+      const int32_t pos = idx < src.topk ? src.indices[int64_t{seq} * src.topk + idx] : -1;
+      return pos >= 0 && pos < len ? pos : -1;
+    } else {
+      const int32_t pos = first + chunk * kChunk + pair;
+      return pos >= window_start && pos < len ? pos : -1;
+    }
+  };
+  auto block_of = [&](int32_t pos) -> int32_t { return pos >= 0 ? table[pos / c.block_size] : 0; };
+  // Stages chunk `chunk` (position `pos`, in block `block`) into stage `chunk % kStages`.
+  auto issue = [&](int chunk, int32_t pos, int32_t block) {
+    uint8_t* st = smem + (chunk % kStages) * St::kBytes;
+    int32_t* pos_s = reinterpret_cast<int32_t*>(st + St::kKBytes + St::kVBytes + St::kSBytes);
+    if (half == 0) pos_s[pair] = pos;
+    const bool valid = pos >= 0;
+    const int slot = valid ? pos % c.block_size : 0;
+    const uint8_t* k_row = c.K(block, slot, kv_head);
+    const uint8_t* v_row = c.VData(block, slot, kv_head);
+    const uint8_t* s_row = c.VScale(block, slot, kv_head);
+    uint8_t* k_dst = st + pair * St::kKRow;
+    uint8_t* v_dst = st + St::kKBytes + pair * St::kVRow;
+    uint8_t* s_dst = st + St::kKBytes + St::kVBytes + pair * St::kSRow;
+    for (int o = half * 16; o < kHeadDim; o += 32) CpAsync<16>(k_dst + o, k_row + o, valid ? 16 : 0);
+    for (int o = half * 8; o < St::kVRow; o += 16) CpAsync<8>(v_dst + o, v_row + o, valid ? 8 : 0);
+    for (int o = half * 4; o < St::kSRow; o += 8) CpAsync<4>(s_dst + o, s_row + o, valid ? 4 : 0);
+  };
 
   // Q fragments of this warp's 16 heads (rows g and g + 8), dims permuted as in mma.cuh.
   const int local0 = head_tile * 16 + g, local1 = local0 + 8;
-  const bool row0 = local0 < group, row1 = local1 < group;
+  const bool row0 = head_tile < plan.head_tiles && local0 < group;
+  const bool row1 = head_tile < plan.head_tiles && local1 < group;
   const int qh0 = kv_head * group + local0, qh1 = kv_head * group + local1;
   uint32_t qa[kSteps][4];
   {
@@ -157,6 +228,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   const float qk_scale = p.softmax_scale * c.k_codec.scale * kLog2e;
   const float tau = p.sparse_v_threshold;
+  const float v_scale = c.v_codec.scale;
 
   float m[2] = {-INFINITY, -INFINITY};  // running max (log2 units), rows g and g + 8
   float l[2] = {0.0f, 0.0f};            // this thread's share of the running sum
@@ -164,110 +236,119 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int j = 0; j < kNTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
-  // Position of tile-relative token i, or -1 when masked.
-  auto position = [&](int tile, int i) -> int32_t {
-    if constexpr (kSparse) {
-      const int idx = tile * kTile + i;
-      if (idx >= src.topk) return -1;
-      const int32_t pos = src.indices[int64_t{seq} * src.topk + idx];
-      return pos >= 0 && pos < len ? pos : -1;
-    } else {
-      const int32_t pos = first + tile * kTile + i;
-      return pos >= window_start && pos < len ? pos : -1;
-    }
-  };
-
-  for (int tile = tile_begin + warp; tile < tile_end; tile += kWarps) {
-    // S = Q·Kᵀ for tokens g (half 0) and 8 + g (half 1).
-    float s_acc[2][4];
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      s_acc[h][0] = s_acc[h][1] = s_acc[h][2] = s_acc[h][3] = 0.0f;
-      const int32_t pos = position(tile, h * 8 + g);
-      uint32_t kw[kKWords];
-      if (pos >= 0) {
-        const uint8_t* row = c.K(table[pos / c.block_size], pos % c.block_size, kv_head) + t * (kHeadDim / 4);
-#pragma unroll
-        for (int w = 0; w < kKWords; w += 4) {
-          const uint4 v = *reinterpret_cast<const uint4*>(row + 4 * w);
-          kw[w] = v.x; kw[w + 1] = v.y; kw[w + 2] = v.z; kw[w + 3] = v.w;
-        }
-      } else {
-#pragma unroll
-        for (int w = 0; w < kKWords; ++w) kw[w] = 0u;
-      }
-#pragma unroll
-      for (int s = 0; s < kSteps; ++s) {
-        mma::MmaF16(s_acc[h], qa[s], mma::E4m3x2ToHalf2(kw[s] & 0xFFFFu), mma::E4m3x2ToHalf2(kw[s] >> 16));
-      }
-    }
-    // Online softmax over the tile: columns 2t, 2t + 1 of each half.
-    float sc[2][4];
-    float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const bool v0 = position(tile, h * 8 + 2 * t) >= 0;
-      const bool v1 = position(tile, h * 8 + 2 * t + 1) >= 0;
-      sc[h][0] = v0 ? s_acc[h][0] * qk_scale : -INFINITY;
-      sc[h][1] = v1 ? s_acc[h][1] * qk_scale : -INFINITY;
-      sc[h][2] = v0 ? s_acc[h][2] * qk_scale : -INFINITY;
-      sc[h][3] = v1 ? s_acc[h][3] * qk_scale : -INFINITY;
-      tile_max[0] = fmaxf(tile_max[0], fmaxf(sc[h][0], sc[h][1]));
-      tile_max[1] = fmaxf(tile_max[1], fmaxf(sc[h][2], sc[h][3]));
-    }
-    float factor[2], m_use[2];
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xFFFFFFFFu, tile_max[r], 1));
-      tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xFFFFFFFFu, tile_max[r], 2));
-      const float m_new = fmaxf(m[r], tile_max[r]);
-      m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
-      factor[r] = exp2f(m[r] - m_use[r]);
-      m[r] = m_new;
-    }
-    float pr[2][4];
-    bool needed = false;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        pr[h][i] = exp2f(sc[h][i] - m_use[i / 2]);
-        needed |= pr[h][i] > tau;
-      }
-    }
-    l[0] = l[0] * factor[0] + pr[0][0] + pr[0][1] + pr[1][0] + pr[1][1];
-    l[1] = l[1] * factor[1] + pr[0][2] + pr[0][3] + pr[1][2] + pr[1][3];
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j) {
-      acc[j][0] *= factor[0];
-      acc[j][1] *= factor[0];
-      acc[j][2] *= factor[1];
-      acc[j][3] *= factor[1];
-    }
-    // Sparse-V: a tile whose every weight is <= τ adds no V (τ = 0 never skips).
-    if (tau > 0.0f && !__any_sync(0xFFFFFFFFu, needed)) {
-      if (p.skipped_tiles != nullptr && lane == 0) atomicAdd(p.skipped_tiles, 1u);
-      continue;
-    }
-
-    const uint32_t pa[4] = {mma::PackHalf2(pr[0][0], pr[0][1]), mma::PackHalf2(pr[0][2], pr[0][3]),
-                            mma::PackHalf2(pr[1][0], pr[1][1]), mma::PackHalf2(pr[1][2], pr[1][3])};
-    // V of tokens 2t, 2t + 1 (B rows k = 0, 1) and 8 + 2t, 9 + 2t (k = 8, 9), dims [g·D/8, (g+1)·D/8).
-    uint32_t vb[2][kNTiles];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float pair[2][kNTiles];
-#pragma unroll
-      for (int k = 0; k < 2; ++k) {
-        DecodeValueDims<kHeadDim, kVBits>(c, table, position(tile, half * 8 + 2 * t + k), kv_head, g,
-                                          levels, pair[k]);
-      }
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) vb[half][j] = mma::PackHalf2(pair[0][j], pair[1][j]);
-    }
-#pragma unroll
-    for (int j = 0; j < kNTiles; ++j) mma::MmaF16(acc[j], pa, vb[0][j], vb[1][j]);
+  for (int s = 0; s < kStages - 1; ++s) {
+    const int32_t pos = position_of(chunk_begin + s);
+    if (chunk_begin + s < chunk_end) issue(chunk_begin + s, pos, block_of(pos));
+    CpAsyncCommit();
   }
+  int32_t next_pos = position_of(chunk_begin + kStages - 1);  // for the next issue
+  int32_t next_block = block_of(next_pos);
+  int32_t later_pos = position_of(chunk_begin + kStages);     // for the one after
+  for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
+    CpAsyncWait<kStages - 2>();
+    __syncthreads();  // chunk is staged, and every warp is done with the stage refilled next
+    if (chunk + kStages - 1 < chunk_end) issue(chunk + kStages - 1, next_pos, next_block);
+    CpAsyncCommit();
+    // Loads for the next iterations, in flight while this one computes.
+    next_pos = later_pos;
+    next_block = block_of(later_pos);
+    later_pos = position_of(chunk + kStages + 1);
+    if (head_tile >= plan.head_tiles) continue;
+    const uint8_t* st = smem + (chunk % kStages) * St::kBytes;
+    const uint8_t* k_s = st;
+    const uint8_t* v_s = st + St::kKBytes;
+    const uint8_t* s_s = st + St::kKBytes + St::kVBytes;
+    const int32_t* pos_s = reinterpret_cast<const int32_t*>(st + St::kKBytes + St::kVBytes + St::kSBytes);
+
+    for (int tile = sub; tile < kWarps; tile += wpt) {
+      const int base = tile * kTile;
+      // S = Q·Kᵀ for tokens g (half 0) and 8 + g (half 1).
+      float s_acc[2][4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        s_acc[h][0] = s_acc[h][1] = s_acc[h][2] = s_acc[h][3] = 0.0f;
+        const uint8_t* row = k_s + (base + h * 8 + g) * St::kKRow + t * (kHeadDim / 4);
+#pragma unroll
+        for (int s = 0; s < kSteps; s += 4) {
+          const uint4 w = *reinterpret_cast<const uint4*>(row + 4 * s);
+          const uint32_t kw[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            mma::MmaF16(s_acc[h], qa[s + q], mma::E4m3x2ToHalf2(kw[q] & 0xFFFFu),
+                        mma::E4m3x2ToHalf2(kw[q] >> 16));
+          }
+        }
+      }
+      // Online softmax over the tile: columns 2t, 2t + 1 of each half.
+      float sc[2][4];
+      float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const bool v0 = pos_s[base + h * 8 + 2 * t] >= 0;
+        const bool v1 = pos_s[base + h * 8 + 2 * t + 1] >= 0;
+        sc[h][0] = v0 ? s_acc[h][0] * qk_scale : -INFINITY;
+        sc[h][1] = v1 ? s_acc[h][1] * qk_scale : -INFINITY;
+        sc[h][2] = v0 ? s_acc[h][2] * qk_scale : -INFINITY;
+        sc[h][3] = v1 ? s_acc[h][3] * qk_scale : -INFINITY;
+        tile_max[0] = fmaxf(tile_max[0], fmaxf(sc[h][0], sc[h][1]));
+        tile_max[1] = fmaxf(tile_max[1], fmaxf(sc[h][2], sc[h][3]));
+      }
+      float factor[2], m_use[2];
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xFFFFFFFFu, tile_max[r], 1));
+        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xFFFFFFFFu, tile_max[r], 2));
+        const float m_new = fmaxf(m[r], tile_max[r]);
+        m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
+        factor[r] = exp2f(m[r] - m_use[r]);
+        m[r] = m_new;
+      }
+      float pr[2][4];
+      bool needed = false;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          pr[h][i] = exp2f(sc[h][i] - m_use[i / 2]);
+          needed |= (i < 2 ? row0 : row1) && pr[h][i] > tau;
+        }
+      }
+      l[0] = l[0] * factor[0] + pr[0][0] + pr[0][1] + pr[1][0] + pr[1][1];
+      l[1] = l[1] * factor[1] + pr[0][2] + pr[0][3] + pr[1][2] + pr[1][3];
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) {
+        acc[j][0] *= factor[0];
+        acc[j][1] *= factor[0];
+        acc[j][2] *= factor[1];
+        acc[j][3] *= factor[1];
+      }
+      // Sparse-V: a tile whose every weight (of real heads) is <= τ adds no V; τ = 0 never skips.
+      if (tau > 0.0f && !__any_sync(0xFFFFFFFFu, needed)) {
+        if (p.skipped_tiles != nullptr && lane == 0) atomicAdd(p.skipped_tiles, 1u);
+        continue;
+      }
+      const uint32_t pa[4] = {mma::PackHalf2(pr[0][0], pr[0][1]), mma::PackHalf2(pr[0][2], pr[0][3]),
+                              mma::PackHalf2(pr[1][0], pr[1][1]), mma::PackHalf2(pr[1][2], pr[1][3])};
+      // V of tokens 2t, 2t + 1 (B rows k = 0, 1) and 8 + 2t, 9 + 2t (k = 8, 9), dims [g·D/8, (g+1)·D/8).
+      uint32_t vb[2][kNTiles];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        float pair[2][kNTiles];
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+          const int i = base + half * 8 + 2 * t + k;
+          DecodeValueDims<kHeadDim, kVBits>(v_s + i * St::kVRow, s_s + i * St::kSRow, v_scale, g,
+                                            levels, pair[k]);
+        }
+#pragma unroll
+        for (int j = 0; j < kNTiles; ++j) vb[half][j] = mma::PackHalf2(pair[0][j], pair[1][j]);
+      }
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) mma::MmaF16(acc[j], pa, vb[0][j], vb[1][j]);
+    }
+  }
+  CpAsyncWait<0>();
 
   // Finish the sums across the quad and write this warp's part.
 #pragma unroll
@@ -275,7 +356,7 @@ __global__ void __launch_bounds__(kWarps * 32)
     l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 1);
     l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 2);
   }
-  const int part = split * kWarps + warp;
+  const int part = split * wpt + sub;
   const int parts_n = plan.parts();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -351,10 +432,15 @@ LaunchStatus LaunchAttention(const AttentionParams& p, const PositionSource& src
   const Plan plan = MakePlan(p, positions, SmCount());
   if (workspace_bytes < PartialBytes(p, plan)) return LaunchStatus{cudaErrorInvalidValue, nullptr};
   float* parts = static_cast<float*>(workspace);
-  const dim3 grid(plan.splits, c.num_kv_heads * plan.head_tiles, p.num_seqs);
+  const dim3 grid(plan.splits, c.num_kv_heads * plan.ctas_per_kv_head(), p.num_seqs);
   auto run = [&](auto head_dim, auto bits) -> LaunchStatus {
     constexpr int kD = decltype(head_dim)::value, kBits = decltype(bits)::value;
-    AttentionPartsKernel<kD, kBits, kSparse><<<grid, kWarps * 32, 0, stream>>>(p, src, plan, parts);
+    constexpr int kSmem = kSharedBytes<kD, kBits>;
+    auto* kernel = AttentionPartsKernel<kD, kBits, kSparse>;
+    static const cudaError_t attr =
+        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    if (attr != cudaSuccess) return LaunchStatus{attr, nullptr};
+    kernel<<<grid, kWarps * 32, kSmem, stream>>>(p, src, plan, parts);
     AttentionCombineKernel<kD><<<dim3(p.num_q_heads, p.num_seqs), kD, 0, stream>>>(p, plan.parts(), parts);
     return LastLaunchError();
   };

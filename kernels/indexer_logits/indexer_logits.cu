@@ -1,7 +1,9 @@
-// Indexer logits with tensor cores: warp w computes S = Q_w·Kᵀ for its 16 heads over 8 tokens per
-// m16n8k16 step (K bytes straight from global memory into B fragments, as in attention), applies
-// ReLU and the head weights in registers, and sums its heads with shuffles; the 4 warps' sums meet
-// in shared memory, times each token's scale (positive, so it commutes with ReLU).
+// Indexer logits with tensor cores. A CTA stages the FP8 keys of 128 positions in shared memory with
+// cp.async (one round trip to memory for all of them), then warp w computes S = Q_w·Kᵀ for its 16
+// heads over 8 positions per m16n8k16 step (thread t takes 32 contiguous key bytes into B
+// fragments, as in attention), applies ReLU and the head weights in registers and sums its heads
+// with shuffles; the 4 warps' sums meet in shared memory, times each position's scale (positive,
+// so it commutes with ReLU).
 #include <cstdint>
 
 #include "kernels/common/mma.cuh"
@@ -13,9 +15,17 @@ namespace {
 constexpr int kWarps = kIndexHeads / 16;
 constexpr int kChunk = 128;  // tokens per CTA
 constexpr int kSteps = kIndexHeadDim / 16;
+constexpr int kRow = kIndexHeadDim + 16;  // staged key row, padded against bank conflicts
+
+__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, int bytes_valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes_valid));
+}
 
 __global__ void __launch_bounds__(kWarps * 32) IndexerLogitsKernel(IndexerLogitsParams p) {
   __shared__ float partial[kWarps][kChunk];
+  __shared__ __align__(16) uint8_t keys[kChunk * kRow];
+  __shared__ float scales[kChunk];
   const LayerCache& c = p.cache;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
@@ -23,6 +33,20 @@ __global__ void __launch_bounds__(kWarps * 32) IndexerLogitsKernel(IndexerLogits
   const int32_t chunk0 = blockIdx.x * kChunk;
   const int32_t len = p.seq_lens[seq];
   const int32_t* table = p.block_tables + int64_t{seq} * p.block_table_stride;
+
+  // Stage the chunk: 8 threads per position, 16 bytes each; masked positions become zeros.
+  for (int i = threadIdx.x; i < kChunk * 8; i += blockDim.x) {
+    const int token = i / 8, part = i % 8;
+    const int32_t pos = chunk0 + token;
+    const bool valid = pos < len;
+    const int32_t block = valid ? table[pos / c.block_size] : 0;
+    const int slot = valid ? pos % c.block_size : 0;
+    CpAsync16(keys + token * kRow + part * 16, c.IndexValues(block, slot) + part * 16, valid ? 16 : 0);
+    if (part == 0) {
+      scales[token] = valid ? *reinterpret_cast<const float*>(c.IndexScale(block, slot)) : 0.0f;
+    }
+  }
+  asm volatile("cp.async.commit_group;\n");
 
   const int h0 = warp * 16 + g, h1 = h0 + 8;
   const uint16_t* q0 = reinterpret_cast<const uint16_t*>(p.index_q) + (int64_t{seq} * kIndexHeads + h0) * kIndexHeadDim;
@@ -39,19 +63,13 @@ __global__ void __launch_bounds__(kWarps * 32) IndexerLogitsKernel(IndexerLogits
   const float w0 = p.head_weights[int64_t{seq} * kIndexHeads + h0];
   const float w1 = p.head_weights[int64_t{seq} * kIndexHeads + h1];
 
+  asm volatile("cp.async.wait_group 0;\n");
+  __syncthreads();
   for (int step = 0; step < kChunk / 8; ++step) {
-    const int32_t pos = chunk0 + step * 8 + g;
-    uint32_t kw[kSteps];
-    if (pos < len) {
-      const uint8_t* row = c.IndexValues(table[pos / c.block_size], pos % c.block_size) + t * 32;
-      const uint4 a = *reinterpret_cast<const uint4*>(row);
-      const uint4 b = *reinterpret_cast<const uint4*>(row + 16);
-      kw[0] = a.x; kw[1] = a.y; kw[2] = a.z; kw[3] = a.w;
-      kw[4] = b.x; kw[5] = b.y; kw[6] = b.z; kw[7] = b.w;
-    } else {
-#pragma unroll
-      for (int s = 0; s < kSteps; ++s) kw[s] = 0u;
-    }
+    const uint8_t* row = keys + (step * 8 + g) * kRow + t * 32;
+    const uint4 a = *reinterpret_cast<const uint4*>(row);
+    const uint4 b = *reinterpret_cast<const uint4*>(row + 16);
+    const uint32_t kw[kSteps] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
@@ -73,12 +91,9 @@ __global__ void __launch_bounds__(kWarps * 32) IndexerLogitsKernel(IndexerLogits
   for (int i = threadIdx.x; i < kChunk; i += blockDim.x) {
     const int32_t pos = chunk0 + i;
     if (pos >= p.logits_stride) break;
-    float score = -INFINITY;
-    if (pos < len) {
-      const float scale = *reinterpret_cast<const float*>(
-          c.IndexScale(table[pos / c.block_size], pos % c.block_size));
-      score = (partial[0][i] + partial[1][i] + partial[2][i] + partial[3][i]) * scale;
-    }
+    const float score = pos < len
+                            ? (partial[0][i] + partial[1][i] + partial[2][i] + partial[3][i]) * scales[i]
+                            : -INFINITY;
     p.logits[int64_t{seq} * p.logits_stride + pos] = score;
   }
 }

@@ -42,6 +42,19 @@ struct TurboCodebook<4> {
   }
 };
 
+// Level of a run-time code as a tree of selects over compile-time constants: no table in memory,
+// so device code keeps it in registers.
+template <int kBits, int kFirst = 0, int kCount = (1 << kBits)>
+KVP_HD constexpr float TurboLevel(int code) {
+  if constexpr (kCount == 1) {
+    return TurboCodebook<kBits>::Level(kFirst);
+  } else {
+    constexpr int kHalf = kCount / 2;
+    return code < kFirst + kHalf ? TurboLevel<kBits, kFirst, kHalf>(code)
+                                 : TurboLevel<kBits, kFirst + kHalf, kHalf>(code);
+  }
+}
+
 // Boundary between code j and code j + 1.
 template <int kBits>
 KVP_HD float TurboBoundary(int j) {

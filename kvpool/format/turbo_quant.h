@@ -57,7 +57,7 @@ KVP_HD void TurboEncodeGroup(const float* x, float v_scale, uint8_t* packed, uin
     for (int j = 0; j + 1 < Codebook::kLevels; ++j) code += (u >= TurboBoundary<kBits>(j)) ? 1 : 0;
     codes[i] = static_cast<uint8_t>(code);
     sum_x2 = Fma(x[i], x[i], sum_x2);
-    const float c = Codebook::Level(code);
+    const float c = TurboLevel<kBits>(code);
     sum_c2 = Fma(c, c, sum_c2);
   }
   const float s = DivRn(SqrtRn(sum_x2), SqrtRn(sum_c2));  // matched norm
@@ -71,7 +71,7 @@ KVP_HD void TurboDecodeGroup(const uint8_t* packed, uint8_t scale_byte, float v_
   uint8_t codes[kTurboGroupSize];
   TurboUnpackGroup<kBits>(packed, codes);
   const float s = MulRn(E4m3ToFloat(scale_byte), v_scale);
-  for (int i = 0; i < kTurboGroupSize; ++i) y[i] = MulRn(s, TurboCodebook<kBits>::Level(codes[i]));
+  for (int i = 0; i < kTurboGroupSize; ++i) y[i] = MulRn(s, TurboLevel<kBits>(codes[i]));
 }
 
 // Encodes one token-head vector v[d]: data gets d·N/8 bytes, scales gets d/16 bytes.
