@@ -87,6 +87,8 @@ KVP_HD float BitsToFloat(uint32_t u) {
   return f;
 }
 
+KVP_HD bool IsNan(float x) { return (FloatBits(x) & 0x7FFFFFFFu) > 0x7F800000u; }
+
 // max(|a|, b) that ignores NaN in `a` the same way on host and device (fmaxf semantics).
 KVP_HD float MaxAbs(float a, float b) { return fmaxf(fabsf(a), b); }
 

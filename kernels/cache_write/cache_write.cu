@@ -53,8 +53,11 @@ __device__ __forceinline__ void StoreE4m3x16(const float* x, float divisor, floa
   float v[16];
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
-    // x / 1 == x and x · 1 == x exactly, so skipping either keeps the reference's bytes.
-    v[i] = divisor != 1.0f ? DivRn(x[i], divisor) : (multiplier != 1.0f ? MulRn(x[i], multiplier) : x[i]);
+    // x / 1 == x and x · 1 == x exactly, so skipping either keeps the reference's bytes; NaN
+    // skips the arithmetic too, which would drop its sign.
+    v[i] = isnan(x[i]) || (divisor == 1.0f && multiplier == 1.0f)
+               ? x[i]
+               : (divisor != 1.0f ? DivRn(x[i], divisor) : MulRn(x[i], multiplier));
   }
   uint32_t w[4];
 #pragma unroll

@@ -4,7 +4,7 @@
 // A vector of d elements becomes DataBytes(d) bytes in the format's data section and
 // ScaleBytes(d) bytes in its scale section (TraitsOf). Per format:
 //   bf16      data: d little-endian bf16 (round to nearest even)
-//   fp8_e4m3  data: E4M3(x / scale)
+//   fp8_e4m3  data: E4M3(x / scale); a NaN input keeps its sign (0x7F / 0xFF)
 //   turboN    data: packed N-bit codes of the (rotated) groups; scales: E4M3(s / scale) per 16
 //   indexer   d = 128; data: E4M3(x / s); scales: s as little-endian float32 (UE8M0 if asked)
 #pragma once
@@ -51,7 +51,8 @@ KVP_HD void EncodeHead(const HeadCodec& c, const float* x, int d, uint8_t* data,
       }
       return;
     case KvFormat::kFp8E4m3:
-      for (int i = 0; i < d; ++i) data[i] = E4m3FromFloat(DivRn(x[i], c.scale));
+      // NaN is encoded before any arithmetic: division would drop its sign on some hardware.
+      for (int i = 0; i < d; ++i) data[i] = E4m3FromFloat(IsNan(x[i]) ? x[i] : DivRn(x[i], c.scale));
       return;
     case KvFormat::kIndexer: {
       float s;

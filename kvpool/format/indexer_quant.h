@@ -26,7 +26,12 @@ KVP_HD void IndexerEncode(const float* k, bool ue8m0, uint8_t* values, float* sc
   for (int i = 0; i < kIndexHeadDim; ++i) a = MaxAbs(k[i], a);
   float s = DivRn(a, kE4m3Max);
   if (ue8m0) s = RoundUpToUe8m0(s);
-  for (int i = 0; i < kIndexHeadDim; ++i) values[i] = E4m3FromFloat(DivRn(k[i], s));
+  for (int i = 0; i < kIndexHeadDim; ++i) {
+    // A NaN input keeps its sign; a NaN the division makes (an infinite key) is the canonical
+    // 0x7F, since the sign of a computed NaN differs between CPUs and GPUs.
+    const float q = DivRn(k[i], s);
+    values[i] = IsNan(k[i]) ? E4m3FromFloat(k[i]) : (IsNan(q) ? kE4m3NanCode : E4m3FromFloat(q));
+  }
   *scale = s;
 }
 

@@ -35,7 +35,8 @@ KVP_HD void TurboUnpackGroup(const uint8_t* in, uint8_t* codes) {
   }
 }
 
-// Quantizes one group x[16] (already rotated): writes the packed codes and the scale byte.
+// Quantizes one group x[16] (already rotated): writes the packed codes and the scale byte
+// (0x7F when the group holds NaN; NaN values get code 0).
 template <int kBits>
 KVP_HD void TurboEncodeGroup(const float* x, float v_scale, uint8_t* packed, uint8_t* scale_byte) {
   using Codebook = TurboCodebook<kBits>;
@@ -62,7 +63,8 @@ KVP_HD void TurboEncodeGroup(const float* x, float v_scale, uint8_t* packed, uin
   }
   const float s = DivRn(SqrtRn(sum_x2), SqrtRn(sum_c2));  // matched norm
   TurboPackGroup<kBits>(codes, packed);
-  *scale_byte = E4m3FromFloat(DivRn(s, v_scale));
+  // A group holding NaN gets the canonical NaN scale: NaN's sign after arithmetic is not portable.
+  *scale_byte = IsNan(s) ? kE4m3NanCode : E4m3FromFloat(DivRn(s, v_scale));
 }
 
 // Dequantizes one group into the rotated domain: y_i = (decode(scale) · v_scale) · C[code_i].

@@ -79,13 +79,17 @@ TEST_F(CudaKernelsTest, CacheWriteIsBitIdenticalToTheReference) {
         std::shuffle(all.begin(), all.end(), rng_);
         for (int t = 0; t < tokens; ++t) slots[t] = t % 11 == 5 ? -1 : all[t];
         auto kk = RandomBf16(rng_, size_t(tokens) * 3 * d, 3.0f);
-        const auto vv = RandomBf16(rng_, size_t(tokens) * 3 * d, 0.02f);
+        auto vv = RandomBf16(rng_, size_t(tokens) * 3 * d, 0.02f);
         auto ik = RandomBf16(rng_, size_t(tokens) * 128, 0.5f);
         ik[7] = Bf16FromFloat(0.0f);
         // Values at the edges of E4M3: NaN of both signs, infinities, saturation, subnormals.
         const float specials[] = {kNan, -kNan, INFINITY, -INFINITY, 1e6f, -449.0f, 1e-3f, -3e-3f,
                                   0.0f, -0.0f, 464.0f, 0.0009765625f};
-        for (size_t i = 0; i < std::size(specials); ++i) kk[5 * i + 1] = Bf16FromFloat(specials[i]);
+        for (size_t i = 0; i < std::size(specials); ++i) {
+          kk[5 * i + 1] = Bf16FromFloat(specials[i]);
+          vv[7 * i + 3] = Bf16FromFloat(specials[i]);
+          ik[3 * i + 200] = Bf16FromFloat(specials[i]);
+        }
         DeviceBuffer dk = Up(kk), dv = Up(vv), dik = Up(ik), dslots = Up(slots);
         for (int layer = 0; layer < 2; ++layer) {
           CacheWriteParams ref{layout.Layer(host.data(), blocks, layer), kk.data(), vv.data(),
