@@ -264,10 +264,12 @@ __global__ void __launch_bounds__(kWarps * 32)
     for (int tile = sub; tile < kWarps; tile += wpt) {
       const int base = tile * kTile;
       // S = Q·Kᵀ for tokens g (half 0) and 8 + g (half 1).
-      float s_acc[2][4];
+      // Two accumulators per half (even and odd k-steps) halve the dependent mma chain.
+      float s_acc[2][4], s_odd[2][4];
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        s_acc[h][0] = s_acc[h][1] = s_acc[h][2] = s_acc[h][3] = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s_acc[h][i] = s_odd[h][i] = 0.0f;
         const uint8_t* row = k_s + (base + h * 8 + g) * St::kKRow + t * (kHeadDim / 4);
 #pragma unroll
         for (int s = 0; s < kSteps; s += 4) {
@@ -275,10 +277,12 @@ __global__ void __launch_bounds__(kWarps * 32)
           const uint32_t kw[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
-            mma::MmaF16(s_acc[h], qa[s + q], mma::E4m3x2ToHalf2(kw[q] & 0xFFFFu),
+            mma::MmaF16(q % 2 ? s_odd[h] : s_acc[h], qa[s + q], mma::E4m3x2ToHalf2(kw[q] & 0xFFFFu),
                         mma::E4m3x2ToHalf2(kw[q] >> 16));
           }
         }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s_acc[h][i] += s_odd[h][i];
       }
       // Online softmax over the tile: columns 2t, 2t + 1 of each half.
       float sc[2][4];
@@ -437,8 +441,12 @@ LaunchStatus LaunchAttention(const AttentionParams& p, const PositionSource& src
     constexpr int kD = decltype(head_dim)::value, kBits = decltype(bits)::value;
     constexpr int kSmem = kSharedBytes<kD, kBits>;
     auto* kernel = AttentionPartsKernel<kD, kBits, kSparse>;
-    static const cudaError_t attr =
-        cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+    static const cudaError_t attr = [&] {
+      const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      if (e != cudaSuccess) return e;
+      return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                  cudaSharedmemCarveoutMaxShared);
+    }();
     if (attr != cudaSuccess) return LaunchStatus{attr, nullptr};
     kernel<<<grid, kWarps * 32, kSmem, stream>>>(p, src, plan, parts);
     AttentionCombineKernel<kD><<<dim3(p.num_q_heads, p.num_seqs), kD, 0, stream>>>(p, plan.parts(), parts);

@@ -34,17 +34,25 @@ __global__ void __launch_bounds__(kWarps * 32) IndexerLogitsKernel(IndexerLogits
   const int32_t len = p.seq_lens[seq];
   const int32_t* table = p.block_tables + int64_t{seq} * p.block_table_stride;
 
-  // Stage the chunk: 8 threads per position, 16 bytes each; masked positions become zeros.
+  // Stage the chunk. Block ids first (one load per position, all in flight together), then the
+  // key copies and scales, which only need address arithmetic; masked positions become zeros.
+  __shared__ int32_t blocks[kChunk];
+  for (int i = threadIdx.x; i < kChunk; i += blockDim.x) {
+    const int32_t pos = chunk0 + i;
+    blocks[i] = pos < len ? table[pos / c.block_size] : -1;
+  }
+  __syncthreads();
   for (int i = threadIdx.x; i < kChunk * 8; i += blockDim.x) {
     const int token = i / 8, part = i % 8;
-    const int32_t pos = chunk0 + token;
-    const bool valid = pos < len;
-    const int32_t block = valid ? table[pos / c.block_size] : 0;
-    const int slot = valid ? pos % c.block_size : 0;
-    CpAsync16(keys + token * kRow + part * 16, c.IndexValues(block, slot) + part * 16, valid ? 16 : 0);
-    if (part == 0) {
-      scales[token] = valid ? *reinterpret_cast<const float*>(c.IndexScale(block, slot)) : 0.0f;
-    }
+    const int32_t block = blocks[token];
+    const int slot = (chunk0 + token) % c.block_size;
+    CpAsync16(keys + token * kRow + part * 16,
+              c.IndexValues(block < 0 ? 0 : block, block < 0 ? 0 : slot) + part * 16, block < 0 ? 0 : 16);
+  }
+  for (int i = threadIdx.x; i < kChunk; i += blockDim.x) {
+    const int32_t block = blocks[i];
+    scales[i] = block < 0 ? 0.0f
+                          : *reinterpret_cast<const float*>(c.IndexScale(block, (chunk0 + i) % c.block_size));
   }
   asm volatile("cp.async.commit_group;\n");
 

@@ -2,8 +2,8 @@
 // cut into contiguous slices, one per CTA. Three histogram passes (11, 11 and 10 bits) find the
 // k-th largest key T and how many elements equal to T to take; a last pass compacts the selected
 // positions in index order (elements above T, then ties by lower position), so the output is the
-// reference's exactly. Grid-wide barriers separate the passes; the launch is cooperative so every
-// CTA is resident.
+// reference's exactly. Barriers between the passes are per row (rows never wait for each other, and
+// few CTAs share a counter); the launch is cooperative so every CTA is resident.
 #include <cooperative_groups.h>
 
 #include <cstdint>
@@ -19,14 +19,17 @@ constexpr int kPasses = 3;
 // Digit of each pass: bits [Shift, Shift + Width) of the key.
 __host__ __device__ constexpr int Shift(int pass) { return pass == 0 ? 21 : pass == 1 ? 10 : 0; }
 __host__ __device__ constexpr int Width(int pass) { return pass == 2 ? 10 : 11; }
-constexpr size_t kHeaderBytes = 256;  // the barrier counter
+constexpr int kElementsPerCta = 4096;  // enough work per CTA to amortize the barriers
 
+// Workspace: per-row barrier counters, per-row histograms of each pass, per-CTA counts.
 struct Layout {
   int rows = 0;         // rows per launch
   int ctas_per_row = 1;
+  __host__ __device__ size_t barrier_bytes() const { return (size_t(rows) * 4 + 255) / 256 * 256; }
   __host__ __device__ size_t hist_bytes() const { return size_t(kPasses) * rows * kBins * sizeof(uint32_t); }
   size_t counts_bytes() const { return size_t(rows) * ctas_per_row * 2 * sizeof(uint32_t); }
-  size_t total() const { return kHeaderBytes + hist_bytes() + counts_bytes(); }
+  size_t zeroed_bytes() const { return barrier_bytes() + hist_bytes(); }
+  size_t total() const { return barrier_bytes() + hist_bytes() + counts_bytes(); }
 };
 
 // NaN -> 0 (never selected); -0 -> +0; otherwise larger float, larger key (>= 1).
@@ -36,6 +39,7 @@ __device__ __forceinline__ uint32_t Key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// Waits until `target` arrivals at `counter` (the CTAs of one row, phase by phase).
 __device__ __forceinline__ void GridBarrier(unsigned int* counter, unsigned int target) {
   __syncthreads();
   if (threadIdx.x == 0) {
@@ -75,11 +79,12 @@ __global__ void __launch_bounds__(kThreads) TopkKernel(TopkParams p, int row0, L
   __shared__ uint32_t hist[kBins];
   __shared__ uint32_t s_prefix, s_mask, s_k_rem;
   __shared__ int s_take_all;
-  unsigned int* barrier = reinterpret_cast<unsigned int*>(workspace);
-  uint32_t* ghist = reinterpret_cast<uint32_t*>(workspace + kHeaderBytes);
-  uint32_t* counts = reinterpret_cast<uint32_t*>(workspace + kHeaderBytes + layout.hist_bytes());
-
   const int row_local = blockIdx.x / layout.ctas_per_row;
+  unsigned int* barrier = reinterpret_cast<unsigned int*>(workspace) + row_local;
+  uint32_t* ghist = reinterpret_cast<uint32_t*>(workspace + layout.barrier_bytes());
+  uint32_t* counts =
+      reinterpret_cast<uint32_t*>(workspace + layout.barrier_bytes() + layout.hist_bytes());
+
   const int cta = blockIdx.x % layout.ctas_per_row;
   const int row = row0 + row_local;
   const bool live_row = row_local < layout.rows && row < p.num_rows;
@@ -115,7 +120,7 @@ __global__ void __launch_bounds__(kThreads) TopkKernel(TopkParams p, int row0, L
         if (hist[b] != 0u) atomicAdd(&row_hist[b], hist[b]);
       }
     }
-    GridBarrier(barrier, ++phase * gridDim.x);
+    GridBarrier(barrier, ++phase * layout.ctas_per_row);
     if (!active) continue;
     // Find the digit holding the k_rem-th largest remaining key.
     for (int b = threadIdx.x; b < kBins; b += kThreads) hist[b] = __ldcg(&row_hist[b]);
@@ -166,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) TopkKernel(TopkParams p, int row0, L
     row_counts[2 * cta] = cta_gt;
     row_counts[2 * cta + 1] = cta_eq;
   }
-  GridBarrier(barrier, ++phase * gridDim.x);
+  GridBarrier(barrier, ++phase * layout.ctas_per_row);
   if (!live_row) return;
   uint32_t gt_before = 0, eq_before = 0, gt_total = 0, eq_total = 0;
   for (int i = 0; i < layout.ctas_per_row; ++i) {
@@ -209,7 +214,7 @@ Layout MakeLayout(const TopkParams& p) {
     return sms * (per_sm > 0 ? per_sm : 1);
   }();
   Layout layout;
-  const int by_length = (p.scores_stride + 4 * kThreads - 1) / (4 * kThreads);
+  const int by_length = (p.scores_stride + kElementsPerCta - 1) / kElementsPerCta;
   layout.ctas_per_row = max(1, min(by_length, capacity / max(1, p.num_rows)));
   layout.rows = max(1, min(p.num_rows, capacity / layout.ctas_per_row));
   return layout;
@@ -227,7 +232,7 @@ LaunchStatus TopkLaunch(const TopkParams& p, void* workspace, size_t workspace_b
   if (workspace_bytes < layout.total()) return LaunchStatus{cudaErrorInvalidValue, nullptr};
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   for (int row0 = 0; row0 < p.num_rows; row0 += layout.rows) {
-    const cudaError_t zero = cudaMemsetAsync(ws, 0, kHeaderBytes + layout.hist_bytes(), stream);
+    const cudaError_t zero = cudaMemsetAsync(ws, 0, layout.zeroed_bytes(), stream);
     if (zero != cudaSuccess) return LaunchStatus{zero, nullptr};
     TopkParams params = p;
     int first = row0;

@@ -55,11 +55,24 @@ KVP_HD constexpr float TurboLevel(int code) {
   }
 }
 
-// Boundary between code j and code j + 1.
-template <int kBits>
-KVP_HD float TurboBoundary(int j) {
-  using Codebook = TurboCodebook<kBits>;
-  return MulRn(AddRn(Codebook::Level(j), Codebook::Level(j + 1)), 0.5f);
+// Boundary between code j and code j + 1: float32(C_j + C_{j+1}) · 0.5, each step one IEEE
+// single-precision operation, evaluated at compile time (constant evaluation rounds like the
+// hardware: to nearest even).
+template <int kBits, int kJ>
+KVP_HD constexpr float TurboBoundary() {
+  constexpr float kSum = TurboCodebook<kBits>::Level(kJ) + TurboCodebook<kBits>::Level(kJ + 1);
+  constexpr float kHalf = kSum * 0.5f;
+  return kHalf;
+}
+
+// Code of u: the number of boundaries T_j with u >= T_j (ties go up). NaN gives 0.
+template <int kBits, int kJ = 0>
+KVP_HD int TurboCode(float u) {
+  if constexpr (kJ + 1 >= (1 << kBits)) {
+    return 0;
+  } else {
+    return (u >= TurboBoundary<kBits, kJ>() ? 1 : 0) + TurboCode<kBits, kJ + 1>(u);
+  }
 }
 
 template <int kBits>

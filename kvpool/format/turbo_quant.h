@@ -39,7 +39,6 @@ KVP_HD void TurboUnpackGroup(const uint8_t* in, uint8_t* codes) {
 // (0x7F when the group holds NaN; NaN values get code 0).
 template <int kBits>
 KVP_HD void TurboEncodeGroup(const float* x, float v_scale, uint8_t* packed, uint8_t* scale_byte) {
-  using Codebook = TurboCodebook<kBits>;
   uint8_t codes[kTurboGroupSize];
   float a = 0.0f;
   for (int i = 0; i < kTurboGroupSize; ++i) a = MaxAbs(x[i], a);
@@ -53,9 +52,7 @@ KVP_HD void TurboEncodeGroup(const float* x, float v_scale, uint8_t* packed, uin
   float sum_x2 = 0.0f;
   float sum_c2 = 0.0f;
   for (int i = 0; i < kTurboGroupSize; ++i) {
-    const float u = MulRn(alpha, x[i]);
-    int code = 0;
-    for (int j = 0; j + 1 < Codebook::kLevels; ++j) code += (u >= TurboBoundary<kBits>(j)) ? 1 : 0;
+    const int code = TurboCode<kBits>(MulRn(alpha, x[i]));
     codes[i] = static_cast<uint8_t>(code);
     sum_x2 = Fma(x[i], x[i], sum_x2);
     const float c = TurboLevel<kBits>(code);
