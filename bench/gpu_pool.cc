@@ -40,6 +40,8 @@ absl::StatusOr<GpuPool> BuildGpuPool(const PoolSpec& spec, int num_seqs, int seq
   for (int s = 0; s < num_seqs; ++s) {
     for (int first = 0; first < seq_len; first += kChunk) {
       const int n = std::min(kChunk, seq_len - first);
+      // The previous chunk's kernels read these buffers on `stream`; the copies below do not wait.
+      KVP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
       for (int i = 0; i < n; ++i) {
         const int pos = first + i;
         host_slots[i] = int64_t{tables[size_t(s) * pool.blocks_per_seq + pos / spec.block_size]} *

@@ -125,6 +125,7 @@ class Bench {
       KVP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counter.get(), 0, 4, stream_));
       p.attn.skipped_tiles = counter.get<uint32_t>();
       RETURN_IF_ERROR(PagedDecodeCuda(p, ws_, stream_));
+      KVP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // copies below use another stream
       uint32_t skipped = 0;
       RETURN_IF_ERROR(counter.CopyTo(&skipped, 4));
       std::vector<float> o(q.size());
@@ -151,6 +152,7 @@ class Bench {
         ASSIGN_OR_RETURN(DeviceBuffer out2, DeviceBuffer::Allocate(q.size() * 4));
         PagedDecodeParams plain{Attention(pool, 0, batch, dq.get<Bf16>(), out2.get<float>(), 32), 0};
         RETURN_IF_ERROR(PagedDecodeCuda(plain, ws_, stream_));
+        KVP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
         std::vector<float> o2(q.size());
         RETURN_IF_ERROR(out2.CopyTo(o2));
         int differing = 0;

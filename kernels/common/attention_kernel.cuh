@@ -30,36 +30,50 @@ inline constexpr int kWarps = 4;
 inline constexpr int kTile = 16;
 inline constexpr float kLog2e = 1.4426950408889634f;
 
-// Dequantizes dims [g·D/8, (g+1)·D/8) of one staged V row (rotated domain) into v. D = 128:
-// TurboNV group g; D = 256: groups 2g, 2g + 1; D = 64: half of group g / 2. A masked position
-// was staged as zeros, so its scale, and every value, is 0.
+// A B fragment's worth of V: dims [g·D/8, (g+1)·D/8) of two consecutive staged positions
+// (rotated domain), as f16 pairs (first position in the low half). D = 128: TurboNV group g;
+// D = 256: groups 2g, 2g + 1; D = 64: half of group g / 2. `pair_levels[c0 | c1 << N]` holds the
+// two levels as f16, so a pair costs one table read and one f16x2 multiply by the two scales.
+// Masked positions were staged as zeros: scale 0, values 0.
 template <int kHeadDim, int kVBits>
-__device__ __forceinline__ void DecodeValueDims(const uint8_t* vdata, const uint8_t* vscale,
-                                                float v_scale, int g, const float* levels,
-                                                float* v) {
+__device__ __forceinline__ void DecodeValuePair(const uint8_t* vdata0, const uint8_t* vscale0,
+                                                int v_row, int s_row, float v_scale, int g,
+                                                const __half2* pair_levels, uint32_t* out) {
   constexpr int kDims = kHeadDim / 8;
   constexpr int kGroups = kDims >= 16 ? kDims / 16 : 1;
   constexpr int kPerGroup = kDims >= 16 ? 16 : kDims;
+  constexpr uint32_t kMask = (1u << kVBits) - 1u;
 #pragma unroll
   for (int q = 0; q < kGroups; ++q) {
     const int grp = kDims >= 16 ? g * kGroups + q : g / 2;
     const int first_elem = kDims >= 16 ? 0 : (g % 2) * kDims;
-    const uint8_t* bytes = vdata + grp * kTurboGroupBytes<kVBits>;
-    uint64_t bits;
-    if constexpr (kVBits == 2) {
-      bits = *reinterpret_cast<const uint32_t*>(bytes);
-    } else if constexpr (kVBits == 3) {
-      const uint16_t* h16 = reinterpret_cast<const uint16_t*>(bytes);
-      bits = uint64_t{h16[0]} | (uint64_t{h16[1]} << 16) | (uint64_t{h16[2]} << 32);
-    } else {
-      bits = *reinterpret_cast<const uint64_t*>(bytes);
+    uint64_t bits[2];
+    float scale[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const uint8_t* bytes = vdata0 + k * v_row + grp * kTurboGroupBytes<kVBits>;
+      if constexpr (kVBits == 2) {
+        bits[k] = *reinterpret_cast<const uint32_t*>(bytes);
+      } else if constexpr (kVBits == 3) {
+        const uint16_t* h16 = reinterpret_cast<const uint16_t*>(bytes);
+        bits[k] = uint64_t{h16[0]} | (uint64_t{h16[1]} << 16) | (uint64_t{h16[2]} << 32);
+      } else {
+        bits[k] = *reinterpret_cast<const uint64_t*>(bytes);
+      }
+      const __half_raw sh = __nv_cvt_fp8_to_halfraw(vscale0[k * s_row + grp], __NV_E4M3);
+      scale[k] = __half2float(__half(sh)) * v_scale;
     }
-    const __half_raw sh = __nv_cvt_fp8_to_halfraw(vscale[grp], __NV_E4M3);
-    const float scale = __half2float(__half(sh)) * v_scale;
+    const __half2 scales = __floats2half2_rn(scale[0], scale[1]);
+    if (first_elem != 0) {
+      bits[0] >>= kVBits * first_elem;
+      bits[1] >>= kVBits * first_elem;
+    }
 #pragma unroll
     for (int i = 0; i < kPerGroup; ++i) {
-      const int code = static_cast<int>((bits >> (kVBits * (first_elem + i))) & ((1u << kVBits) - 1u));
-      v[q * 16 + i] = levels[code] * scale;
+      const uint32_t index = static_cast<uint32_t>((bits[0] >> (kVBits * i)) & kMask) |
+                             (static_cast<uint32_t>((bits[1] >> (kVBits * i)) & kMask) << kVBits);
+      const __half2 v = __hmul2(pair_levels[index], scales);
+      out[q * 16 + i] = *reinterpret_cast<const uint32_t*>(&v);
     }
   }
 }
@@ -83,7 +97,7 @@ struct Plan {
   int splits = 1;         // CTAs along the positions
   KVP_HD int warps_per_head_tile() const { return kWarps / tiles_per_cta; }
   KVP_HD int ctas_per_kv_head() const { return (head_tiles + tiles_per_cta - 1) / tiles_per_cta; }
-  KVP_HD int parts() const { return splits * warps_per_head_tile(); }
+  KVP_HD int parts() const { return splits; }  // the warps of a head tile merge in the CTA
 };
 
 // Partial results: [num_seqs, num_q_heads, parts, D + 2] floats = (max in log2 units, sum, acc[D]).
@@ -117,8 +131,9 @@ struct Stage {
   static_assert(kKBytes % 16 == 0 && kVBytes % 16 == 0 && kSBytes % 16 == 0);
 };
 
+// The stages, then the f16 level pairs of the codebook.
 template <int kHeadDim, int kVBits>
-inline constexpr int kSharedBytes = kStages * Stage<kHeadDim, kVBits>::kBytes + 64;
+inline constexpr int kSharedBytes = kStages * Stage<kHeadDim, kVBits>::kBytes + (4 << (2 * kVBits));
 
 // cp.async of kSize bytes (4, 8 or 16); bytes_valid = 0 fills the destination with zeros.
 template <int kSize>
@@ -144,7 +159,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kSteps = kHeadDim / 16;  // k-steps of Q·Kᵀ
   constexpr int kNTiles = kHeadDim / 8;  // n-tiles of P·V; also V dims per thread
   extern __shared__ __align__(16) uint8_t smem[];
-  float* levels = reinterpret_cast<float*>(smem + kStages * St::kBytes);
+  __half2* pair_levels = reinterpret_cast<__half2*>(smem + kStages * St::kBytes);
 
   const LayerCache& c = p.cache;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -157,7 +172,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int sub = warp % wpt;
   const int seq = blockIdx.z;
   const int group = p.num_q_heads / c.num_kv_heads;
-  if (threadIdx.x < (1 << kVBits)) levels[threadIdx.x] = TurboCodebook<kVBits>::Level(threadIdx.x);
+  for (int e = threadIdx.x; e < (1 << (2 * kVBits)); e += blockDim.x) {
+    pair_levels[e] = __floats2half2_rn(TurboLevel<kVBits>(e & ((1 << kVBits) - 1)),
+                                       TurboLevel<kVBits>(e >> kVBits));
+  }
 
   const int32_t len = p.seq_lens[seq];
   const int32_t* table = p.block_tables + int64_t{seq} * p.block_table_stride;
@@ -320,12 +338,15 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
       l[0] = l[0] * factor[0] + pr[0][0] + pr[0][1] + pr[1][0] + pr[1][1];
       l[1] = l[1] * factor[1] + pr[0][2] + pr[0][3] + pr[1][2] + pr[1][3];
+      // The running max settles quickly: rescale only when some row's max moved.
+      if (__any_sync(0xFFFFFFFFu, factor[0] != 1.0f || factor[1] != 1.0f)) {
 #pragma unroll
-      for (int j = 0; j < kNTiles; ++j) {
-        acc[j][0] *= factor[0];
-        acc[j][1] *= factor[0];
-        acc[j][2] *= factor[1];
-        acc[j][3] *= factor[1];
+        for (int j = 0; j < kNTiles; ++j) {
+          acc[j][0] *= factor[0];
+          acc[j][1] *= factor[0];
+          acc[j][2] *= factor[1];
+          acc[j][3] *= factor[1];
+        }
       }
       // Sparse-V: a tile whose every weight (of real heads) is <= τ adds no V; τ = 0 never skips.
       if (tau > 0.0f && !__any_sync(0xFFFFFFFFu, needed)) {
@@ -338,15 +359,9 @@ __global__ void __launch_bounds__(kWarps * 32)
       uint32_t vb[2][kNTiles];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        float pair[2][kNTiles];
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-          const int i = base + half * 8 + 2 * t + k;
-          DecodeValueDims<kHeadDim, kVBits>(v_s + i * St::kVRow, s_s + i * St::kSRow, v_scale, g,
-                                            levels, pair[k]);
-        }
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j) vb[half][j] = mma::PackHalf2(pair[0][j], pair[1][j]);
+        const int i = base + half * 8 + 2 * t;
+        DecodeValuePair<kHeadDim, kVBits>(v_s + i * St::kVRow, s_s + i * St::kSRow, St::kVRow,
+                                          St::kSRow, v_scale, g, pair_levels, vb[half]);
       }
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) mma::MmaF16(acc[j], pa, vb[0][j], vb[1][j]);
@@ -354,28 +369,55 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   CpAsyncWait<0>();
 
-  // Finish the sums across the quad and write this warp's part.
+  // Finish the sums across the quad, then merge the warps of each head tile through shared memory
+  // (the stages are free now) into one part per CTA: fewer parts for the combining kernel to read.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 1);
     l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 2);
   }
-  const int part = split * wpt + sub;
-  const int parts_n = plan.parts();
+  constexpr int kRowFloats = kHeadDim + 2;  // (max, sum, acc[D]) of one q head
+  static_assert(kWarps * 16 * kRowFloats * 4 <= kStages * St::kBytes, "merge area exceeds the stages");
+  float* merge = reinterpret_cast<float*>(smem);  // [warp][row 0..15][kRowFloats]
+  __syncthreads();
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    if (!(r == 0 ? row0 : row1)) continue;
-    const int qh = r == 0 ? qh0 : qh1;
-    float* out = parts + ((int64_t{seq} * p.num_q_heads + qh) * parts_n + part) * (kHeadDim + 2);
+    float* row = merge + (warp * 16 + g + 8 * r) * kRowFloats;
     if (t == 0) {
-      out[0] = m[r];
-      out[1] = l[r];
+      row[0] = m[r];
+      row[1] = l[r];
     }
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) {
-      out[2 + (2 * t) * kNTiles + j] = acc[j][2 * r];
-      out[2 + (2 * t + 1) * kNTiles + j] = acc[j][2 * r + 1];
+      row[2 + (2 * t) * kNTiles + j] = acc[j][2 * r];
+      row[2 + (2 * t + 1) * kNTiles + j] = acc[j][2 * r + 1];
     }
+  }
+  __syncthreads();
+  const int parts_n = plan.parts();
+  const int cta_tile0 = (blockIdx.y % ctas_per_kv) * plan.tiles_per_cta;
+  for (int i = threadIdx.x; i < plan.tiles_per_cta * 16 * kHeadDim; i += blockDim.x) {
+    const int e = i % kHeadDim, row = (i / kHeadDim) % 16, tile = i / (kHeadDim * 16);
+    const int local = (cta_tile0 + tile) * 16 + row;
+    if (cta_tile0 + tile >= plan.head_tiles || local >= group) continue;
+    const float* w0 = merge + ((tile * wpt) * 16 + row) * kRowFloats;  // first warp of the tile
+    float max_m = -INFINITY;
+    for (int w = 0; w < wpt; ++w) max_m = fmaxf(max_m, w0[w * 16 * kRowFloats]);
+    float sum = 0.0f, o = 0.0f;
+    if (max_m != -INFINITY) {
+      for (int w = 0; w < wpt; ++w) {
+        const float* part = w0 + w * 16 * kRowFloats;
+        const float scale = exp2f(part[0] - max_m);
+        sum += scale * part[1];
+        o += scale * part[2 + e];
+      }
+    }
+    float* out = parts + ((int64_t{seq} * p.num_q_heads + kv_head * group + local) * parts_n + split) * kRowFloats;
+    if (e == 0) {
+      out[0] = max_m;
+      out[1] = sum;
+    }
+    out[2 + e] = o;
   }
 }
 
@@ -388,9 +430,11 @@ __global__ void __launch_bounds__(kHeadDim) AttentionCombineKernel(AttentionPara
   const int qh = blockIdx.x, seq = blockIdx.y;
   const float* base = parts + (int64_t{seq} * p.num_q_heads + qh) * parts_n * (kHeadDim + 2);
   float max_m = -INFINITY;
+#pragma unroll 8
   for (int i = 0; i < parts_n; ++i) max_m = fmaxf(max_m, base[i * (kHeadDim + 2)]);
   float sum = 0.0f, o = 0.0f;
   if (max_m != -INFINITY) {
+#pragma unroll 8
     for (int i = 0; i < parts_n; ++i) {
       const float* part = base + i * (kHeadDim + 2);
       const float w = exp2f(part[0] - max_m);

@@ -1,9 +1,10 @@
 // Indexer logits with tensor cores. A CTA stages the FP8 keys of 128 positions in shared memory with
-// cp.async (one round trip to memory for all of them), then warp w computes S = Q_w·Kᵀ for its 16
-// heads over 8 positions per m16n8k16 step (thread t takes 32 contiguous key bytes into B
-// fragments, as in attention), applies ReLU and the head weights in registers and sums its heads
-// with shuffles; the 4 warps' sums meet in shared memory, times each position's scale (positive,
-// so it commutes with ReLU).
+// cp.async (one round trip to memory for all of them). Warp w then computes Sᵀ = K·Q_wᵀ for 16
+// positions (rows) by its 16 heads (two n-tiles of 8) per step: keys are the A fragments (thread t
+// takes 32 contiguous key bytes of a row, as in attention), its queries the B fragments held in
+// registers. ReLU and the head weights apply in registers; the heads of a row sit in one quad, so
+// two shuffles sum them, and the 4 warps' sums meet in shared memory, times each position's scale
+// (positive, so it commutes with ReLU).
 #include <cstdint>
 
 #include "kernels/common/mma.cuh"
@@ -56,43 +57,61 @@ __global__ void __launch_bounds__(kWarps * 32) IndexerLogitsKernel(IndexerLogits
   }
   asm volatile("cp.async.commit_group;\n");
 
-  const int h0 = warp * 16 + g, h1 = h0 + 8;
-  const uint16_t* q0 = reinterpret_cast<const uint16_t*>(p.index_q) + (int64_t{seq} * kIndexHeads + h0) * kIndexHeadDim;
-  const uint16_t* q1 = reinterpret_cast<const uint16_t*>(p.index_q) + (int64_t{seq} * kIndexHeads + h1) * kIndexHeadDim;
-  uint32_t qa[kSteps][4];
+  // B fragments: head n = g of n-tile nt is head warp·16 + nt·8 + g; dims permuted as in mma.cuh.
+  uint32_t qb[2][kSteps][2];
 #pragma unroll
-  for (int s = 0; s < kSteps; ++s) {
-    const int d = t * (kIndexHeadDim / 4) + 4 * s;
-    qa[s][0] = mma::Bf16PairToHalf2(q0[d], q0[d + 1]);
-    qa[s][1] = mma::Bf16PairToHalf2(q1[d], q1[d + 1]);
-    qa[s][2] = mma::Bf16PairToHalf2(q0[d + 2], q0[d + 3]);
-    qa[s][3] = mma::Bf16PairToHalf2(q1[d + 2], q1[d + 3]);
+  for (int nt = 0; nt < 2; ++nt) {
+    const uint16_t* q = reinterpret_cast<const uint16_t*>(p.index_q) +
+                        (int64_t{seq} * kIndexHeads + warp * 16 + nt * 8 + g) * kIndexHeadDim;
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int d = t * (kIndexHeadDim / 4) + 4 * s;
+      qb[nt][s][0] = mma::Bf16PairToHalf2(q[d], q[d + 1]);
+      qb[nt][s][1] = mma::Bf16PairToHalf2(q[d + 2], q[d + 3]);
+    }
   }
-  const float w0 = p.head_weights[int64_t{seq} * kIndexHeads + h0];
-  const float w1 = p.head_weights[int64_t{seq} * kIndexHeads + h1];
+  // Weights of the C columns this thread holds: heads nt·8 + 2t and nt·8 + 2t + 1.
+  float w[2][2];
+#pragma unroll
+  for (int nt = 0; nt < 2; ++nt) {
+    w[nt][0] = p.head_weights[int64_t{seq} * kIndexHeads + warp * 16 + nt * 8 + 2 * t];
+    w[nt][1] = p.head_weights[int64_t{seq} * kIndexHeads + warp * 16 + nt * 8 + 2 * t + 1];
+  }
 
   asm volatile("cp.async.wait_group 0;\n");
   __syncthreads();
-  for (int step = 0; step < kChunk / 8; ++step) {
-    const uint8_t* row = keys + (step * 8 + g) * kRow + t * 32;
-    const uint4 a = *reinterpret_cast<const uint4*>(row);
-    const uint4 b = *reinterpret_cast<const uint4*>(row + 16);
-    const uint32_t kw[kSteps] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  for (int base = 0; base < kChunk; base += 16) {
+    uint32_t kw[2][kSteps];  // rows g and g + 8
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const uint8_t* row = keys + (base + r * 8 + g) * kRow + t * 32;
+      const uint4 a = *reinterpret_cast<const uint4*>(row);
+      const uint4 b = *reinterpret_cast<const uint4*>(row + 16);
+      kw[r][0] = a.x; kw[r][1] = a.y; kw[r][2] = a.z; kw[r][3] = a.w;
+      kw[r][4] = b.x; kw[r][5] = b.y; kw[r][6] = b.z; kw[r][7] = b.w;
+    }
+    float acc[2][4] = {};
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
-      mma::MmaF16(acc, qa[s], mma::E4m3x2ToHalf2(kw[s] & 0xFFFFu), mma::E4m3x2ToHalf2(kw[s] >> 16));
-    }
-    float even = w0 * fmaxf(acc[0], 0.0f) + w1 * fmaxf(acc[2], 0.0f);
-    float odd = w0 * fmaxf(acc[1], 0.0f) + w1 * fmaxf(acc[3], 0.0f);
+      const uint32_t a[4] = {mma::E4m3x2ToHalf2(kw[0][s] & 0xFFFFu), mma::E4m3x2ToHalf2(kw[1][s] & 0xFFFFu),
+                             mma::E4m3x2ToHalf2(kw[0][s] >> 16), mma::E4m3x2ToHalf2(kw[1][s] >> 16)};
 #pragma unroll
-    for (int mask = 4; mask < 32; mask *= 2) {
-      even += __shfl_xor_sync(0xFFFFFFFFu, even, mask);
-      odd += __shfl_xor_sync(0xFFFFFFFFu, odd, mask);
+      for (int nt = 0; nt < 2; ++nt) mma::MmaF16(acc[nt], a, qb[nt][s][0], qb[nt][s][1]);
     }
-    if (g == 0) {
-      partial[warp][step * 8 + 2 * t] = even;
-      partial[warp][step * 8 + 2 * t + 1] = odd;
+    float row0 = 0.0f, row1 = 0.0f;  // positions base + g and base + g + 8
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      row0 += w[nt][0] * fmaxf(acc[nt][0], 0.0f) + w[nt][1] * fmaxf(acc[nt][1], 0.0f);
+      row1 += w[nt][0] * fmaxf(acc[nt][2], 0.0f) + w[nt][1] * fmaxf(acc[nt][3], 0.0f);
+    }
+#pragma unroll
+    for (int mask = 1; mask < 4; mask *= 2) {
+      row0 += __shfl_xor_sync(0xFFFFFFFFu, row0, mask);
+      row1 += __shfl_xor_sync(0xFFFFFFFFu, row1, mask);
+    }
+    if (t == 0) {
+      partial[warp][base + g] = row0;
+      partial[warp][base + g + 8] = row1;
     }
   }
   __syncthreads();
