@@ -1,0 +1,115 @@
+// BlockAllocator: who owns every block of a pool, and in what state. The bookkeeping half of
+// kvpoold's pool; it never touches block bytes.
+//
+// A block is in exactly one state:
+//   free      - on the free list;
+//   reserved  - taken by one lease for a write that is not committed yet (two-phase writes);
+//   used      - committed, with references (each held by a lease);
+//   cached    - committed, no references, kept for prefix hits; evicted least recently used
+//               first when the free list runs out.
+// Invariants (CheckInvariants verifies them; the property test runs it after every operation):
+//   1. free + reserved + used + cached = total, and every block is in one of them once;
+//   2. a block's reference count equals the references leases hold on it;
+//   3. only committed blocks are readable, findable by prefix or referenced;
+//   4. the prefix index maps a hash to one committed block whose tokens match.
+// Not thread-safe: the daemon's loop owns it.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace kvp {
+
+using BlockId = int32_t;
+using LeaseId = uint64_t;
+
+// A full block's place in the prefix chain (prefix_hash.h).
+struct PrefixKey {
+  uint64_t hash = 0;
+  std::vector<int32_t> tokens;  // the block's token ids, to rule out hash collisions
+};
+
+struct PoolCounts {
+  int64_t free = 0;
+  int64_t reserved = 0;
+  int64_t used = 0;
+  int64_t cached = 0;
+};
+
+class BlockAllocator {
+ public:
+  explicit BlockAllocator(int32_t num_blocks);
+
+  int32_t num_blocks() const { return static_cast<int32_t>(blocks_.size()); }
+
+  // Reserves n blocks for `lease`, from the free list first, then by evicting cached blocks
+  // (least recently released first). RESOURCE_EXHAUSTED, taking nothing, when n cannot be met.
+  absl::StatusOr<std::vector<BlockId>> Reserve(LeaseId lease, int n);
+
+  // Reserved by `lease` -> used, with one reference held by `lease`. With `prefix`, the block
+  // enters the prefix index unless a block with the same prefix is already there.
+  absl::Status Commit(LeaseId lease, BlockId block, std::optional<PrefixKey> prefix);
+
+  // Reserved by `lease` -> free.
+  absl::Status Abort(LeaseId lease, BlockId block);
+
+  // One more reference for `lease` on a committed block (a cached block becomes used again).
+  absl::Status AddRef(LeaseId lease, BlockId block);
+
+  // Enters a committed block into the prefix index (a block that filled up after its commit).
+  // A no-op when a block with the same prefix is already indexed.
+  absl::Status Index(BlockId block, PrefixKey prefix);
+
+  // Drops one of `lease`'s references; at zero references the block becomes cached (indexed)
+  // or free.
+  absl::Status Release(LeaseId lease, BlockId block);
+
+  // The committed block holding exactly this prefix, if any. Takes no reference.
+  std::optional<BlockId> FindPrefix(uint64_t hash, absl::Span<const int32_t> tokens) const;
+
+  // Aborts every reservation and drops every reference of `lease` (its process died or its lease
+  // expired). Returns the number of reservations and references dropped.
+  int64_t ReleaseLease(LeaseId lease);
+
+  bool IsCommitted(BlockId block) const;
+  int32_t RefCount(BlockId block) const;
+  PoolCounts counts() const { return counts_; }
+
+  // Checks invariants 1-4 over the whole pool; O(blocks). For tests and debug builds.
+  absl::Status CheckInvariants() const;
+
+ private:
+  enum class State : uint8_t { kFree, kReserved, kUsed, kCached };
+  struct Block {
+    State state = State::kFree;
+    int32_t refs = 0;
+    LeaseId reserved_by = 0;
+    bool indexed = false;
+    PrefixKey prefix;
+    std::list<BlockId>::iterator lru;  // valid while cached
+  };
+  struct Holdings {
+    absl::flat_hash_map<BlockId, int32_t> reserved;  // value unused (set semantics)
+    absl::flat_hash_map<BlockId, int32_t> refs;      // block -> references held
+  };
+
+  absl::Status CheckBlock(BlockId block) const;
+  void Evict(BlockId block);   // cached -> free-floating (caller reuses it)
+  void DropRef(BlockId block);  // one reference less, state follows
+
+  std::vector<Block> blocks_;
+  std::vector<BlockId> free_;
+  std::list<BlockId> lru_;  // cached blocks, least recently released first
+  absl::flat_hash_map<uint64_t, BlockId> prefix_index_;
+  absl::flat_hash_map<LeaseId, Holdings> leases_;
+  PoolCounts counts_;
+};
+
+}  // namespace kvp

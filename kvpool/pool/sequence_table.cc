@@ -1,0 +1,187 @@
+#include "kvpool/pool/sequence_table.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "kvpool/pool/prefix_hash.h"
+
+namespace kvp {
+
+SequenceTable::SequenceTable(BlockAllocator* allocator, int32_t block_size)
+    : allocator_(allocator), block_size_(block_size) {}
+
+absl::StatusOr<SequenceTable::Sequence*> SequenceTable::Find(SeqId seq) {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
+  return &it->second;
+}
+
+absl::StatusOr<AppendPlan> SequenceTable::Append(SeqId seq, LeaseId lease,
+                                                 absl::Span<const int32_t> tokens) {
+  auto [it, created] = seqs_.try_emplace(seq);
+  Sequence& s = it->second;
+  if (created) {
+    s.owner = lease;
+    s.full_hash = kRootPrefixHash;
+  } else if (s.owner != lease) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", seq, " belongs to lease ", s.owner, ", not ", lease));
+  } else if (s.has_pending) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", seq, " has an append that is neither committed nor aborted"));
+  }
+  Pending p;
+  p.old_length = s.length;
+  p.old_blocks = s.blocks;
+  p.tokens.assign(tokens.begin(), tokens.end());
+  std::vector<BlockId> blocks = s.blocks;
+  size_t next = 0;
+
+  // Prefix hits: only a sequence that starts empty can take whole committed blocks.
+  if (s.length == 0) {
+    uint64_t hash = s.full_hash;
+    while (tokens.size() - next >= static_cast<size_t>(block_size_)) {
+      const auto block_tokens = tokens.subspan(next, block_size_);
+      hash = ChainPrefixHash(hash, block_tokens);
+      const std::optional<BlockId> hit = allocator_->FindPrefix(hash, block_tokens);
+      if (!hit.has_value()) break;
+      RETURN_IF_ERROR(allocator_->AddRef(lease, *hit));
+      p.hit_blocks.push_back(*hit);
+      blocks.push_back(*hit);
+      next += block_size_;
+    }
+    p.plan.prefix_hit_tokens = static_cast<int32_t>(next);
+  }
+
+  const int64_t start = s.length + static_cast<int64_t>(next);
+  const int64_t end = s.length + static_cast<int64_t>(tokens.size());
+  const int64_t have = static_cast<int64_t>(blocks.size()) * block_size_;
+  const bool partial = start % block_size_ != 0 && start < end;
+  const bool shared_tail = partial && allocator_->RefCount(blocks.back()) > 1;
+  const int64_t fresh = (std::max<int64_t>(end - have, 0) + block_size_ - 1) / block_size_;
+  absl::StatusOr<std::vector<BlockId>> reserved =
+      allocator_->Reserve(lease, static_cast<int>(fresh + (shared_tail ? 1 : 0)));
+  if (!reserved.ok()) {
+    for (BlockId b : p.hit_blocks) allocator_->Release(lease, b).IgnoreError();
+    if (created) seqs_.erase(it);
+    return reserved.status();
+  }
+  p.plan.reserved = *reserved;
+  size_t take = 0;
+  if (shared_tail) {
+    // Copy-on-write of the partial last block, shared with a fork.
+    const BlockId copy = p.plan.reserved[take++];
+    p.plan.copies.emplace_back(blocks.back(), copy);
+    blocks.back() = copy;
+  }
+  while (take < p.plan.reserved.size()) blocks.push_back(p.plan.reserved[take++]);
+  for (int64_t pos = start; pos < end; ++pos) {
+    p.plan.slots.push_back(int64_t{blocks[pos / block_size_]} * block_size_ + pos % block_size_);
+  }
+  s.blocks = std::move(blocks);
+  s.has_pending = true;
+  s.pending = std::move(p);
+  return s.pending.plan;
+}
+
+absl::Status SequenceTable::Commit(SeqId seq) {
+  ASSIGN_OR_RETURN(Sequence * s, Find(seq));
+  if (!s->has_pending) {
+    return absl::FailedPreconditionError(absl::StrCat("sequence ", seq, " has nothing to commit"));
+  }
+  Pending& p = s->pending;
+  const LeaseId lease = s->owner;
+  // Walk the appended tokens block by block, extending the prefix chain; a block that fills up
+  // gets its key, whether it was reserved now or written into before.
+  std::vector<std::optional<PrefixKey>> keys(s->blocks.size());
+  int64_t pos = p.old_length;
+  for (int32_t token : p.tokens) {
+    s->tail.push_back(token);
+    ++pos;
+    if (pos % block_size_ == 0) {
+      s->full_hash = ChainPrefixHash(s->full_hash, s->tail);
+      keys[pos / block_size_ - 1] = PrefixKey{s->full_hash, std::move(s->tail)};
+      s->tail.clear();
+    }
+  }
+  for (const auto& [old_block, copy] : p.plan.copies) {
+    RETURN_IF_ERROR(allocator_->Release(lease, old_block));
+  }
+  for (size_t i = 0; i < s->blocks.size(); ++i) {
+    const BlockId b = s->blocks[i];
+    const bool reserved_now =
+        std::find(p.plan.reserved.begin(), p.plan.reserved.end(), b) != p.plan.reserved.end();
+    if (reserved_now) {
+      RETURN_IF_ERROR(allocator_->Commit(lease, b, std::move(keys[i])));
+    } else if (keys[i].has_value()) {
+      RETURN_IF_ERROR(allocator_->Index(b, *std::move(keys[i])));
+    }
+  }
+  s->length = pos;
+  s->has_pending = false;
+  s->pending = Pending();
+  return absl::OkStatus();
+}
+
+absl::Status SequenceTable::Abort(SeqId seq) {
+  ASSIGN_OR_RETURN(Sequence * s, Find(seq));
+  if (!s->has_pending) {
+    return absl::FailedPreconditionError(absl::StrCat("sequence ", seq, " has nothing to abort"));
+  }
+  for (BlockId b : s->pending.plan.reserved) RETURN_IF_ERROR(allocator_->Abort(s->owner, b));
+  for (BlockId b : s->pending.hit_blocks) RETURN_IF_ERROR(allocator_->Release(s->owner, b));
+  s->blocks = std::move(s->pending.old_blocks);
+  s->has_pending = false;
+  s->pending = Pending();
+  if (s->blocks.empty() && s->length == 0) seqs_.erase(seq);
+  return absl::OkStatus();
+}
+
+absl::Status SequenceTable::Fork(SeqId src, SeqId dst, LeaseId lease) {
+  ASSIGN_OR_RETURN(Sequence * from, Find(src));
+  if (from->has_pending) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", src, " has a pending append; fork after it commits"));
+  }
+  if (seqs_.contains(dst)) return absl::AlreadyExistsError(absl::StrCat("sequence ", dst, " exists"));
+  Sequence copy;
+  copy.owner = lease;
+  copy.blocks = from->blocks;
+  copy.length = from->length;
+  copy.full_hash = from->full_hash;
+  copy.tail = from->tail;
+  for (BlockId b : copy.blocks) RETURN_IF_ERROR(allocator_->AddRef(lease, b));
+  seqs_.emplace(dst, std::move(copy));
+  return absl::OkStatus();
+}
+
+absl::Status SequenceTable::Release(SeqId seq) {
+  ASSIGN_OR_RETURN(Sequence * s, Find(seq));
+  if (s->has_pending) RETURN_IF_ERROR(Abort(seq));
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::OkStatus();  // an aborted first append removed it
+  for (BlockId b : it->second.blocks) RETURN_IF_ERROR(allocator_->Release(it->second.owner, b));
+  seqs_.erase(it);
+  return absl::OkStatus();
+}
+
+int64_t SequenceTable::ForgetLease(LeaseId lease) {
+  return static_cast<int64_t>(absl::erase_if(seqs_, [lease](const auto& entry) {
+    return entry.second.owner == lease;
+  }));
+}
+
+absl::StatusOr<int64_t> SequenceTable::Length(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
+  return it->second.length;
+}
+
+absl::StatusOr<std::vector<BlockId>> SequenceTable::Blocks(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
+  return it->second.blocks;
+}
+
+}  // namespace kvp

@@ -1,0 +1,92 @@
+// SequenceTable: the block table of every sequence, built on the BlockAllocator.
+//
+// A sequence is a list of blocks holding its tokens in order; position p sits in slot
+// blocks[p / block_size] · block_size + p % block_size. Appends are two-phase like the blocks
+// under them: Append plans the write (slots, new reservations, copies), then Commit or Abort.
+// Sharing:
+//   - prefix hits: a new sequence reuses committed blocks whose prefix hash chain matches its
+//     leading full blocks, and only the rest is written;
+//   - Fork: a sequence shares all of another's committed blocks; full blocks are never written
+//     again, and the partial last block is copied on the first append into it while shared.
+// Every sequence belongs to one lease; its references are that lease's. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "kvpool/pool/block_allocator.h"
+
+namespace kvp {
+
+using SeqId = uint64_t;
+
+struct AppendPlan {
+  int32_t prefix_hit_tokens = 0;  // leading tokens already in committed blocks: not to be written
+  std::vector<int64_t> slots;     // slot of every appended token after the hits
+  std::vector<BlockId> reserved;  // new blocks of this append
+  // Copy-on-write: copy block `first` onto `second` before writing (the shared partial block).
+  std::vector<std::pair<BlockId, BlockId>> copies;
+};
+
+class SequenceTable {
+ public:
+  // REQUIRES: allocator outlives the table; block_size > 0.
+  SequenceTable(BlockAllocator* allocator, int32_t block_size);
+
+  // Plans appending `tokens` to `seq` (created, owned by `lease`, when new). FAILED_PRECONDITION
+  // while an earlier append is pending or when `lease` does not own `seq`; RESOURCE_EXHAUSTED
+  // when the pool cannot hold it (nothing changes then).
+  absl::StatusOr<AppendPlan> Append(SeqId seq, LeaseId lease, absl::Span<const int32_t> tokens);
+
+  // Makes the pending append readable (and its full blocks findable by prefix).
+  absl::Status Commit(SeqId seq);
+
+  // Undoes the pending append: reservations return, the sequence is as before.
+  absl::Status Abort(SeqId seq);
+
+  // `dst`, owned by `lease`, shares every committed block of `src`. FAILED_PRECONDITION while
+  // `src` has a pending append; ALREADY_EXISTS for an existing `dst`.
+  absl::Status Fork(SeqId src, SeqId dst, LeaseId lease);
+
+  // Drops the sequence (a pending append is aborted) and its references.
+  absl::Status Release(SeqId seq);
+
+  // Forgets every sequence of `lease` without touching the allocator: call before
+  // BlockAllocator::ReleaseLease, which returns their blocks. Returns how many were dropped.
+  int64_t ForgetLease(LeaseId lease);
+
+  // NOT_FOUND for an unknown sequence.
+  absl::StatusOr<int64_t> Length(SeqId seq) const;  // committed tokens
+  absl::StatusOr<std::vector<BlockId>> Blocks(SeqId seq) const;
+  bool Contains(SeqId seq) const { return seqs_.contains(seq); }
+
+ private:
+  struct Pending {
+    int64_t old_length = 0;
+    std::vector<BlockId> old_blocks;
+    std::vector<int32_t> tokens;  // appended, hits included
+    AppendPlan plan;
+    std::vector<BlockId> hit_blocks;  // blocks referenced by prefix hits
+  };
+  struct Sequence {
+    LeaseId owner = 0;
+    std::vector<BlockId> blocks;
+    int64_t length = 0;
+    uint64_t full_hash = 0;          // chain hash of the last full block
+    std::vector<int32_t> tail;       // tokens of the partial last block
+    bool has_pending = false;
+    Pending pending;
+  };
+
+  absl::StatusOr<Sequence*> Find(SeqId seq);
+
+  BlockAllocator* allocator_;
+  int32_t block_size_;
+  absl::flat_hash_map<SeqId, Sequence> seqs_;
+};
+
+}  // namespace kvp
