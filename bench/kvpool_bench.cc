@@ -3,6 +3,7 @@
 //
 //   kvpool-bench accuracy [--seqs=N] [--context=T] [--json=PATH]
 //   kvpool-bench kernels [--quick] [--json=PATH]     (CUDA builds, on a GPU)
+//   kvpool-bench pool [--json=PATH]
 #include <unistd.h>
 
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/types/span.h"
 #include "bench/accuracy.h"
+#include "bench/pool_bench.h"
 #if defined(KVP_HAVE_CUDA)
 #include "bench/kernel_bench.h"
 #endif
@@ -24,11 +26,13 @@ namespace {
 constexpr char kUsage[] =
     "usage: kvpool-bench accuracy [--seqs=N] [--context=T] [--seed=S] [--json=PATH]\n"
     "       kvpool-bench kernels [--quick] [--json=PATH]\n"
+    "       kvpool-bench pool [--json=PATH]\n"
     "\n"
     "  accuracy  attention output error of fp8_e4m3 K and TurboNV V against bf16 K/V on\n"
     "            synthetic data with peaked attention (CPU reference kernels)\n"
     "  kernels   every CUDA kernel timed on the GPU: median time, bytes, TB/s and the fraction\n"
-    "            of the device-to-device copy bandwidth measured in the same run\n";
+    "            of the device-to-device copy bandwidth measured in the same run\n"
+    "  pool      block operations per second of the pool's bookkeeping on one core\n";
 
 std::string Today() {
   const std::time_t now = std::time(nullptr);
@@ -83,6 +87,21 @@ int Kernels(absl::Span<char* const> args) {
 #endif
 }
 
+int Pool(absl::Span<char* const> args) {
+  std::string json_path;
+  for (const char* raw : args) {
+    const absl::string_view arg = raw;
+    if (!absl::StartsWith(arg, "--json=")) {
+      std::fprintf(stderr, "kvpool-bench: bad argument '%s'\n\n%s", raw, kUsage);
+      return 2;
+    }
+    json_path = std::string(arg.substr(7));
+  }
+  const kvp::bench::PoolBenchResult r = kvp::bench::RunPoolBench();
+  std::fputs(kvp::bench::PoolTable(r).c_str(), stdout);
+  return json_path.empty() ? 0 : WriteJson(json_path, kvp::bench::PoolJson(r, Today(), Hostname()));
+}
+
 int Accuracy(absl::Span<char* const> args) {
   kvp::bench::AccuracyConfig config;
   std::string json_path;
@@ -120,6 +139,9 @@ int Accuracy(absl::Span<char* const> args) {
 int main(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "accuracy") == 0) {
     return Accuracy(absl::MakeConstSpan(argv + 2, argc - 2));
+  }
+  if (argc >= 2 && std::strcmp(argv[1], "pool") == 0) {
+    return Pool(absl::MakeConstSpan(argv + 2, argc - 2));
   }
   if (argc >= 2 && std::strcmp(argv[1], "kernels") == 0) {
     return Kernels(absl::MakeConstSpan(argv + 2, argc - 2));
