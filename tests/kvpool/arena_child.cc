@@ -1,0 +1,57 @@
+// A separate process for the fd channel tests (started with fork + exec):
+//   kvpool_arena_child read-write PATH EXPECT_HEX WRITE_HEX  check page 0 holds EXPECT, write
+//                                                          WRITE over page 2, report "done"
+//   kvpool_arena_child heartbeat PATH                       attach, then heartbeat until killed
+//   kvpool_arena_child expect-refused PATH                  exit 0 only if attaching is refused
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "kvpool/arena/fd_channel.h"
+#include "kvpool/arena/host_arena.h"
+
+namespace {
+
+constexpr size_t kPage = 4096;
+
+int Fail(const std::string& why) {
+  std::fprintf(stderr, "kvpool_arena_child: %s\n", why.c_str());
+  return 1;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 3) return Fail("usage: kvpool_arena_child MODE PATH [...]");
+  const std::string mode = argv[1], path = argv[2];
+  absl::StatusOr<kvp::FdPeer> peer = kvp::ConnectFdChannel(path);
+  if (!peer.ok()) return Fail(peer.status().ToString());
+  auto arena = peer->ReceiveArena(5000);
+  if (mode == "expect-refused") {
+    return !arena.ok() && arena.status().code() == absl::StatusCode::kPermissionDenied ? 0 : 1;
+  }
+  if (!arena.ok()) return Fail(arena.status().ToString());
+  auto mapping = kvp::HostArenaMapping::Map(arena->first.chunk_bytes, std::move(arena->second));
+  if (!mapping.ok()) return Fail(mapping.status().ToString());
+  uint8_t* base = mapping->base();
+
+  if (mode == "read-write" && argc == 5) {
+    const uint64_t expect = std::strtoull(argv[3], nullptr, 16);
+    const uint64_t write = std::strtoull(argv[4], nullptr, 16);
+    bool same = true;
+    for (size_t i = 0; i < kPage; i += 8) same &= std::memcmp(base + i, &expect, 8) == 0;
+    for (size_t i = 0; i < kPage; i += 8) std::memcpy(base + 2 * kPage + i, &write, 8);
+    if (!peer->Send(same ? "done" : "mismatch").ok()) return 1;
+    peer->Receive(5000).IgnoreError();  // the parent's goodbye, or its end
+    return same ? 0 : 3;
+  }
+  if (mode == "heartbeat") {
+    while (peer->Send("H").ok()) ::usleep(5000);
+    return 0;
+  }
+  return Fail("unknown mode " + mode);
+}
