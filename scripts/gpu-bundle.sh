@@ -5,4 +5,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build.sh
 rm -rf gpu-bundle
-../shared/gpu/bundle.sh gpu-bundle build/tests/kernels/cuda_kernels_test build/bench/kvpool-bench
+../shared/gpu/bundle.sh gpu-bundle build/tests/kernels/cuda_kernels_test build/tests/kvpool/cuda_arena_test \
+  build/tests/kvpool/kvpool_arena_child build/bench/kvpool-bench

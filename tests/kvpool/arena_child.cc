@@ -3,6 +3,8 @@
 //                                                          WRITE over page 2, report "done"
 //   kvpool_arena_child heartbeat PATH                       attach, then heartbeat until killed
 //   kvpool_arena_child expect-refused PATH                  exit 0 only if attaching is refused
+//   kvpool_arena_child cuda-read-write PATH EXPECT WRITE     read-write on a cuda arena, mapped
+//                                                          for the arena's device (CUDA builds)
 #include <unistd.h>
 
 #include <cstdint>
@@ -13,6 +15,11 @@
 
 #include "kvpool/arena/fd_channel.h"
 #include "kvpool/arena/host_arena.h"
+#if defined(KVP_HAVE_CUDA)
+#include <cuda_runtime_api.h>
+
+#include "kvpool/arena/cuda_arena.h"
+#endif
 
 namespace {
 
@@ -35,6 +42,29 @@ int main(int argc, char** argv) {
     return !arena.ok() && arena.status().code() == absl::StatusCode::kPermissionDenied ? 0 : 1;
   }
   if (!arena.ok()) return Fail(arena.status().ToString());
+#if defined(KVP_HAVE_CUDA)
+  if (mode == "cuda-read-write" && argc == 5) {
+    const int device = arena->first.device;
+    auto mapped = kvp::CudaArenaMapping::Map(device, arena->first.chunk_bytes, std::move(arena->second));
+    if (!mapped.ok()) return Fail(mapped.status().ToString());
+    const uint64_t expect = std::strtoull(argv[3], nullptr, 16);
+    const uint64_t write = std::strtoull(argv[4], nullptr, 16);
+    uint64_t page[kPage / 8];
+    if (cudaMemcpy(page, mapped->base(), kPage, cudaMemcpyDeviceToHost) != cudaSuccess) {
+      return Fail("reading the cuda arena");
+    }
+    bool same = true;
+    for (uint64_t v : page) same &= v == expect;
+    for (uint64_t& v : page) v = write;
+    if (cudaMemcpy(mapped->base() + 2 * kPage, page, kPage, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess) {
+      return Fail("writing the cuda arena");
+    }
+    if (!peer->Send(same ? "done" : "mismatch").ok()) return 1;
+    peer->Receive(5000).IgnoreError();
+    return same ? 0 : 3;
+  }
+#endif
   auto mapping = kvp::HostArenaMapping::Map(arena->first.chunk_bytes, std::move(arena->second));
   if (!mapping.ok()) return Fail(mapping.status().ToString());
   uint8_t* base = mapping->base();

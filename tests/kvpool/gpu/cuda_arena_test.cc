@@ -1,0 +1,89 @@
+// The cuda arena across real processes on one GPU (fork + exec of kvpool_arena_child, whose path
+// is the first argument): exported chunk fds, imported and mapped in the child, writes seen both
+// ways.
+#include "kvpool/arena/cuda_arena.h"
+
+#include <cuda_runtime_api.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "kvpool/arena/fd_channel.h"
+
+namespace kvp {
+namespace {
+
+std::string g_child;
+constexpr size_t kPage = 4096;
+
+class CudaArenaTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int n = 0;
+    if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) GTEST_SKIP() << "no GPU";
+  }
+};
+
+TEST_F(CudaArenaTest, GrowsInGranularChunksAtOneBaseAndRejectsOddChunks) {
+  const uint64_t g = CudaArena::Granularity(0).value();
+  CudaArena arena = CudaArena::Create(0, 16 * g, 16 * g, 64 * g).value();
+  uint8_t* base = arena.base();
+  ASSERT_EQ(cudaMemset(base, 0x5A, 16 * g), cudaSuccess);
+  ASSERT_TRUE(arena.GrowTo(40 * g).ok());
+  EXPECT_EQ(arena.base(), base);
+  EXPECT_EQ(arena.chunk_sizes().size(), 3u);
+  ASSERT_EQ(cudaMemset(base + 32 * g, 0x6B, 8 * g), cudaSuccess);
+  uint8_t probe = 0;
+  ASSERT_EQ(cudaMemcpy(&probe, base + 12345, 1, cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(probe, 0x5A);
+  EXPECT_EQ(arena.GrowTo(65 * g).code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(CudaArena::Create(0, g + 1, 0, 4 * g).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(CudaArenaTest, AnotherProcessOnTheSameGpuSeesOurWritesAndWeSeeItsWrites) {
+  const uint64_t g = CudaArena::Granularity(0).value();
+  CudaArena arena = CudaArena::Create(0, 8 * g, 16 * g, 16 * g).value();
+  std::vector<uint64_t> page(kPage / 8, 0x0123456789ABCDEFull);
+  ASSERT_EQ(cudaMemcpy(arena.base(), page.data(), kPage, cudaMemcpyHostToDevice), cudaSuccess);
+  const std::string path = absl::StrCat("/tmp/kvpool-cuda-", ::getpid(), ".sock");
+  FdChannelServer server = FdChannelServer::Listen(path, AllowList{{::getuid()}, {}}).value();
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::execl(g_child.c_str(), g_child.c_str(), "cuda-read-write", path.c_str(), "0123456789abcdef",
+            "fedcba9876543210", nullptr);
+    ::_exit(127);
+  }
+  FdPeer peer = server.Accept(20000).value();
+  ArenaDescription d;
+  d.kind = ArenaKind::kCuda;
+  d.device = 0;
+  d.chunk_bytes = arena.chunk_sizes();
+  std::vector<UniqueFd> fds = arena.ExportFds().value();
+  std::vector<int> raw;
+  for (const UniqueFd& fd : fds) raw.push_back(fd.get());
+  ASSERT_TRUE(peer.SendArena(d, raw).ok());
+  EXPECT_EQ(peer.Receive(30000).value(), "done");
+  std::vector<uint64_t> back(kPage / 8);
+  ASSERT_EQ(cudaMemcpy(back.data(), arena.base() + 2 * kPage, kPage, cudaMemcpyDeviceToHost), cudaSuccess);
+  for (uint64_t v : back) ASSERT_EQ(v, 0xFEDCBA9876543210ull);
+  ASSERT_TRUE(peer.Send("bye").ok());
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+}  // namespace
+}  // namespace kvp
+
+int main(int argc, char** argv) {
+  ::testing::InitGoogleTest(&argc, argv);
+  if (argc < 2) return 2;
+  kvp::g_child = argv[1];
+  ::signal(SIGPIPE, SIG_IGN);
+  return RUN_ALL_TESTS();
+}
