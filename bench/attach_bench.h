@@ -15,6 +15,7 @@ struct AttachResult {
   double create_ms = 0;  // kvpoold side: cuMemCreate + map of every chunk
   double attach_ms = 0;  // attaching side: import + map + access of every chunk
   double connect_to_mapped_ms = 0;
+  double context_ms = 0;  // the attaching process's CUDA context creation, done before and apart
 };
 
 // `self` is this binary's path; it is started again as "attach-child PATH".

@@ -119,9 +119,10 @@ int Attach(const char* self, absl::Span<char* const> args) {
     std::fprintf(stderr, "kvpool-bench: %s\n", r.status().ToString().c_str());
     return 1;
   }
-  std::printf("| cuda arena | chunks | create (kvpoold) | attach (other process) | connect to mapped |\n"
-              "| --- | ---: | ---: | ---: | ---: |\n| %.0f GiB | %d x %.2f GiB | %.1f ms | %.1f ms | %.1f ms |\n",
-              r->arena_gib, r->chunks, r->chunk_gib, r->create_ms, r->attach_ms, r->connect_to_mapped_ms);
+  std::printf("| cuda arena | chunks | create (kvpoold) | attach (other process) | connect to mapped | its CUDA context |\n"
+              "| --- | ---: | ---: | ---: | ---: | ---: |\n| %.0f GiB | %d x %.2f GiB | %.1f ms | %.1f ms | %.1f ms | %.1f ms |\n",
+              r->arena_gib, r->chunks, r->chunk_gib, r->create_ms, r->attach_ms, r->connect_to_mapped_ms,
+              r->context_ms);
   cudaDeviceProp prop;
   cudaGetDeviceProperties(&prop, 0);
   return json_path.empty() ? 0 : WriteJson(json_path, kvp::bench::AttachJson(*r, Today(), prop.name));

@@ -3,8 +3,10 @@
 //                                                          WRITE over page 2, report "done"
 //   kvpool_arena_child heartbeat PATH                       attach, then heartbeat until killed
 //   kvpool_arena_child expect-refused PATH                  exit 0 only if attaching is refused
-//   kvpool_arena_child cuda-read-write PATH EXPECT WRITE     read-write on a cuda arena, mapped
-//                                                          for the arena's device (CUDA builds)
+//   kvpool_arena_child cuda-read-write PATH EXPECT WRITE [DEVICE]
+//                                                          read-write on a cuda arena, mapped for
+//                                                          DEVICE (default: the arena's own; another
+//                                                          one reads it as a peer). CUDA builds.
 #include <unistd.h>
 
 #include <cstdint>
@@ -43,8 +45,8 @@ int main(int argc, char** argv) {
   }
   if (!arena.ok()) return Fail(arena.status().ToString());
 #if defined(KVP_HAVE_CUDA)
-  if (mode == "cuda-read-write" && argc == 5) {
-    const int device = arena->first.device;
+  if (mode == "cuda-read-write" && (argc == 5 || argc == 6)) {
+    const int device = argc == 6 ? std::atoi(argv[5]) : arena->first.device;
     auto mapped = kvp::CudaArenaMapping::Map(device, arena->first.chunk_bytes, std::move(arena->second));
     if (!mapped.ok()) return Fail(mapped.status().ToString());
     const uint64_t expect = std::strtoull(argv[3], nullptr, 16);

@@ -45,17 +45,20 @@ TEST_F(CudaArenaTest, GrowsInGranularChunksAtOneBaseAndRejectsOddChunks) {
   EXPECT_EQ(CudaArena::Create(0, g + 1, 0, 4 * g).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST_F(CudaArenaTest, AnotherProcessOnTheSameGpuSeesOurWritesAndWeSeeItsWrites) {
+// Runs kvpool_arena_child on `child_device` against a cuda arena on device 0: the child must read
+// our pattern and we must read its.
+void ExpectTwoProcessesShareTheArena(int child_device) {
   const uint64_t g = CudaArena::Granularity(0).value();
   CudaArena arena = CudaArena::Create(0, 8 * g, 16 * g, 16 * g).value();
   std::vector<uint64_t> page(kPage / 8, 0x0123456789ABCDEFull);
   ASSERT_EQ(cudaMemcpy(arena.base(), page.data(), kPage, cudaMemcpyHostToDevice), cudaSuccess);
-  const std::string path = absl::StrCat("/tmp/kvpool-cuda-", ::getpid(), ".sock");
+  const std::string path = absl::StrCat("/tmp/kvpool-cuda-", ::getpid(), "-", child_device, ".sock");
   FdChannelServer server = FdChannelServer::Listen(path, AllowList{{::getuid()}, {}}).value();
+  const std::string device = std::to_string(child_device);
   const pid_t child = ::fork();
   if (child == 0) {
     ::execl(g_child.c_str(), g_child.c_str(), "cuda-read-write", path.c_str(), "0123456789abcdef",
-            "fedcba9876543210", nullptr);
+            "fedcba9876543210", device.c_str(), nullptr);
     ::_exit(127);
   }
   FdPeer peer = server.Accept(20000).value();
@@ -69,12 +72,27 @@ TEST_F(CudaArenaTest, AnotherProcessOnTheSameGpuSeesOurWritesAndWeSeeItsWrites) 
   ASSERT_TRUE(peer.SendArena(d, raw).ok());
   EXPECT_EQ(peer.Receive(30000).value(), "done");
   std::vector<uint64_t> back(kPage / 8);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
   ASSERT_EQ(cudaMemcpy(back.data(), arena.base() + 2 * kPage, kPage, cudaMemcpyDeviceToHost), cudaSuccess);
   for (uint64_t v : back) ASSERT_EQ(v, 0xFEDCBA9876543210ull);
   ASSERT_TRUE(peer.Send("bye").ok());
   int status = 0;
   ::waitpid(child, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+TEST_F(CudaArenaTest, AnotherProcessOnTheSameGpuSeesOurWritesAndWeSeeItsWrites) {
+  ExpectTwoProcessesShareTheArena(0);
+}
+
+// Label multigpu: a process on GPU 1 maps GPU 0's arena through peer access.
+TEST_F(CudaArenaTest, AProcessOnAPeerGpuMapsTheArena) {
+  int n = 0, can = 0;
+  cudaGetDeviceCount(&n);
+  if (n < 2) GTEST_SKIP() << "needs two GPUs";
+  cudaDeviceCanAccessPeer(&can, 1, 0);
+  if (!can) GTEST_SKIP() << "GPU 1 has no peer access to GPU 0";
+  ExpectTwoProcessesShareTheArena(1);
 }
 
 }  // namespace
