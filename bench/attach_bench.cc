@@ -88,6 +88,14 @@ absl::StatusOr<AttachResult> RunAttachBench(const std::string& self, double aren
   return r;
 }
 
+std::string AttachTable(const AttachResult& r) {
+  return absl::StrFormat(
+      "| cuda arena | chunks | create (kvpoold) | attach (other process) | connect to mapped | its CUDA context |\n"
+      "| --- | ---: | ---: | ---: | ---: | ---: |\n"
+      "| %.0f GiB | %d x %.2f GiB | %.1f ms | %.1f ms | %.1f ms | %.1f ms |\n",
+      r.arena_gib, r.chunks, r.chunk_gib, r.create_ms, r.attach_ms, r.connect_to_mapped_ms, r.context_ms);
+}
+
 std::string AttachJson(const AttachResult& r, const std::string& date, const std::string& device) {
   return absl::StrFormat(
       "{\n  \"benchmark\": \"attach\",\n  \"date\": \"%s\",\n  \"device\": \"%s\",\n"

@@ -24,6 +24,7 @@ absl::StatusOr<AttachResult> RunAttachBench(const std::string& self, double aren
 // The child half: attaches over the fd channel at `path` and reports its timings.
 int AttachChild(const std::string& path);
 
+std::string AttachTable(const AttachResult& r);
 std::string AttachJson(const AttachResult& r, const std::string& date, const std::string& device);
 
 }  // namespace kvp::bench

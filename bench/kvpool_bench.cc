@@ -1,44 +1,93 @@
 // kvpool-bench: the project's benchmarks. Each subcommand prints a table and can write JSON for
 // bench/results/.
 //
-//   kvpool-bench accuracy [--seqs=N] [--context=T] [--json=PATH]
-//   kvpool-bench kernels [--quick] [--json=PATH]     (CUDA builds, on a GPU)
+//   kvpool-bench accuracy [--seqs=N] [--context=T] [--seed=S] [--json=PATH]
 //   kvpool-bench pool [--json=PATH]
-//   kvpool-bench attach [--gib=N] [--chunk-gib=C] [--json=PATH]   (CUDA builds, on a GPU)
+//   kvpool-bench kernels [--quick] [--json=PATH]                (CUDA builds, on a GPU)
+//   kvpool-bench attach [--gib=N] [--chunk-gib=C] [--json=PATH]  (CUDA builds, on a GPU)
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <functional>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/types/span.h"
 #include "bench/accuracy.h"
 #include "bench/pool_bench.h"
+#include "tools/file_io.h"
 #if defined(KVP_HAVE_CUDA)
 #include <cuda_runtime_api.h>
 
 #include "bench/attach_bench.h"
 #include "bench/kernel_bench.h"
 #endif
-#include "tools/file_io.h"
 
 namespace {
 
 constexpr char kUsage[] =
     "usage: kvpool-bench accuracy [--seqs=N] [--context=T] [--seed=S] [--json=PATH]\n"
-    "       kvpool-bench kernels [--quick] [--json=PATH]\n"
     "       kvpool-bench pool [--json=PATH]\n"
+    "       kvpool-bench kernels [--quick] [--json=PATH]\n"
     "       kvpool-bench attach [--gib=64] [--chunk-gib=1] [--json=PATH]\n"
     "\n"
     "  accuracy  attention output error of fp8_e4m3 K and TurboNV V against bf16 K/V on\n"
     "            synthetic data with peaked attention (CPU reference kernels)\n"
+    "  pool      block operations per second of the pool's bookkeeping on one core\n"
     "  kernels   every CUDA kernel timed on the GPU: median time, bytes, TB/s and the fraction\n"
     "            of the device-to-device copy bandwidth measured in the same run\n"
-    "  pool      block operations per second of the pool's bookkeeping on one core\n"
     "  attach    time another process takes to attach a cuda arena of N GiB\n";
+
+// --name=value and --name (value "") arguments of one subcommand.
+class Flags {
+ public:
+  static absl::StatusOr<Flags> Parse(absl::Span<char* const> args,
+                                     std::initializer_list<absl::string_view> known) {
+    Flags f;
+    for (const char* raw : args) {
+      absl::string_view arg = raw;
+      if (!absl::ConsumePrefix(&arg, "--")) {
+        return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", raw, "'"));
+      }
+      std::pair<std::string, std::string> kv = absl::StrSplit(arg, absl::MaxSplits('=', 1));
+      if (std::find(known.begin(), known.end(), kv.first) == known.end()) {
+        return absl::InvalidArgumentError(absl::StrCat("unknown option '", raw, "'"));
+      }
+      f.values_[kv.first] = kv.second;
+    }
+    return f;
+  }
+  bool Has(const std::string& name) const { return values_.contains(name); }
+  std::string String(const std::string& name) const {
+    auto it = values_.find(name);
+    return it == values_.end() ? "" : it->second;
+  }
+  // Leaves *out alone when the flag is absent; false when it does not parse or is not positive.
+  template <typename T>
+  bool Positive(const std::string& name, T* out) const {
+    if (!Has(name)) return true;
+    T v;
+    bool ok;
+    if constexpr (std::is_floating_point_v<T>) {
+      ok = absl::SimpleAtod(String(name), &v);
+    } else {
+      ok = absl::SimpleAtoi(String(name), &v);
+    }
+    if (!ok || !(v > 0)) return false;
+    *out = v;
+    return true;
+  }
+
+ private:
+  absl::flat_hash_map<std::string, std::string> values_;
+};
 
 std::string Today() {
   const std::time_t now = std::time(nullptr);
@@ -53,9 +102,26 @@ std::string Hostname() {
   return buf;
 }
 
-int WriteJson(const std::string& path, const std::string& json) {
+int Usage(const std::string& why) {
+  std::fprintf(stderr, "kvpool-bench: %s\n\n%s", why.c_str(), kUsage);
+  return 2;
+}
+
+// Prints the table of a finished benchmark and writes its JSON when --json was given.
+template <typename Report>
+int Finish(const absl::StatusOr<Report>& report, const Flags& flags,
+           const std::function<std::string(const Report&)>& table,
+           const std::function<std::string(const Report&)>& json) {
+  if (!report.ok()) {
+    std::fprintf(stderr, "kvpool-bench: %s\n", report.status().ToString().c_str());
+    return 1;
+  }
+  std::fputs(table(*report).c_str(), stdout);
+  const std::string path = flags.String("json");
+  if (path.empty()) return 0;
+  const std::string text = json(*report);
   const auto status = kvp::WriteFileAtomically(
-      path, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(json.data()), json.size()));
+      path, absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
   if (!status.ok()) {
     std::fprintf(stderr, "kvpool-bench: %s\n", status.ToString().c_str());
     return 1;
@@ -64,142 +130,75 @@ int WriteJson(const std::string& path, const std::string& json) {
   return 0;
 }
 
-int Kernels(absl::Span<char* const> args) {
-#if defined(KVP_HAVE_CUDA)
-  bool quick = false;
-  std::string json_path;
-  for (const char* raw : args) {
-    const absl::string_view arg = raw;
-    if (arg == "--quick") {
-      quick = true;
-    } else if (absl::StartsWith(arg, "--json=")) {
-      json_path = std::string(arg.substr(7));
-    } else {
-      std::fprintf(stderr, "kvpool-bench: bad argument '%s'\n\n%s", raw, kUsage);
-      return 2;
-    }
-  }
-  const auto report = kvp::bench::RunKernelBench(quick);
-  if (!report.ok()) {
-    std::fprintf(stderr, "kvpool-bench: %s\n", report.status().ToString().c_str());
-    return 1;
-  }
-  std::fputs(kvp::bench::KernelTable(*report).c_str(), stdout);
-  return json_path.empty() ? 0 : WriteJson(json_path, kvp::bench::KernelJson(*report, Today()));
-#else
-  (void)args;
-  std::fprintf(stderr, "kvpool-bench: this build has no CUDA kernels (nvcc was not found)\n");
-  return 1;
-#endif
-}
-
-int Attach(const char* self, absl::Span<char* const> args) {
-#if defined(KVP_HAVE_CUDA)
-  double gib = 64, chunk_gib = 1;
-  std::string json_path;
-  for (const char* raw : args) {
-    const absl::string_view arg = raw;
-    bool ok = true;
-    if (absl::StartsWith(arg, "--gib=")) {
-      ok = absl::SimpleAtod(arg.substr(6), &gib) && gib > 0;
-    } else if (absl::StartsWith(arg, "--chunk-gib=")) {
-      ok = absl::SimpleAtod(arg.substr(12), &chunk_gib) && chunk_gib > 0;
-    } else if (absl::StartsWith(arg, "--json=")) {
-      json_path = std::string(arg.substr(7));
-    } else {
-      ok = false;
-    }
-    if (!ok) {
-      std::fprintf(stderr, "kvpool-bench: bad argument '%s'\n\n%s", raw, kUsage);
-      return 2;
-    }
-  }
-  const auto r = kvp::bench::RunAttachBench(self, gib, chunk_gib);
-  if (!r.ok()) {
-    std::fprintf(stderr, "kvpool-bench: %s\n", r.status().ToString().c_str());
-    return 1;
-  }
-  std::printf("| cuda arena | chunks | create (kvpoold) | attach (other process) | connect to mapped | its CUDA context |\n"
-              "| --- | ---: | ---: | ---: | ---: | ---: |\n| %.0f GiB | %d x %.2f GiB | %.1f ms | %.1f ms | %.1f ms | %.1f ms |\n",
-              r->arena_gib, r->chunks, r->chunk_gib, r->create_ms, r->attach_ms, r->connect_to_mapped_ms,
-              r->context_ms);
-  cudaDeviceProp prop;
-  cudaGetDeviceProperties(&prop, 0);
-  return json_path.empty() ? 0 : WriteJson(json_path, kvp::bench::AttachJson(*r, Today(), prop.name));
-#else
-  (void)self;
-  (void)args;
-  std::fprintf(stderr, "kvpool-bench: this build has no CUDA (nvcc was not found)\n");
-  return 1;
-#endif
-}
-
-int Pool(absl::Span<char* const> args) {
-  std::string json_path;
-  for (const char* raw : args) {
-    const absl::string_view arg = raw;
-    if (!absl::StartsWith(arg, "--json=")) {
-      std::fprintf(stderr, "kvpool-bench: bad argument '%s'\n\n%s", raw, kUsage);
-      return 2;
-    }
-    json_path = std::string(arg.substr(7));
-  }
-  const kvp::bench::PoolBenchResult r = kvp::bench::RunPoolBench();
-  std::fputs(kvp::bench::PoolTable(r).c_str(), stdout);
-  return json_path.empty() ? 0 : WriteJson(json_path, kvp::bench::PoolJson(r, Today(), Hostname()));
-}
-
-int Accuracy(absl::Span<char* const> args) {
+int Accuracy(const Flags& flags) {
   kvp::bench::AccuracyConfig config;
-  std::string json_path;
-  for (const char* raw : args) {
-    const absl::string_view arg = raw;
-    bool ok = true;
-    if (absl::StartsWith(arg, "--seqs=")) {
-      ok = absl::SimpleAtoi(arg.substr(7), &config.num_seqs) && config.num_seqs > 0;
-    } else if (absl::StartsWith(arg, "--context=")) {
-      ok = absl::SimpleAtoi(arg.substr(10), &config.context) && config.context > 0;
-    } else if (absl::StartsWith(arg, "--seed=")) {
-      ok = absl::SimpleAtoi(arg.substr(7), &config.seed);
-    } else if (absl::StartsWith(arg, "--json=")) {
-      json_path = std::string(arg.substr(7));
-    } else {
-      ok = false;
-    }
-    if (!ok) {
-      std::fprintf(stderr, "kvpool-bench: bad argument '%s'\n\n%s", raw, kUsage);
-      return 2;
-    }
+  if (!flags.Positive("seqs", &config.num_seqs) || !flags.Positive("context", &config.context) ||
+      !flags.Positive("seed", &config.seed)) {
+    return Usage("--seqs, --context and --seed take positive integers");
   }
-  const auto report = kvp::bench::RunAccuracy(config);
-  if (!report.ok()) {
-    std::fprintf(stderr, "kvpool-bench: %s\n", report.status().ToString().c_str());
-    return 1;
-  }
-  std::fputs(kvp::bench::AccuracyTable(*report).c_str(), stdout);
-  if (json_path.empty()) return 0;
-  return WriteJson(json_path, kvp::bench::AccuracyJson(*report, Today(), Hostname()));
+  using Report = kvp::bench::AccuracyReport;
+  return Finish<Report>(kvp::bench::RunAccuracy(config), flags, kvp::bench::AccuracyTable,
+                        [](const Report& r) { return kvp::bench::AccuracyJson(r, Today(), Hostname()); });
 }
+
+int Pool(const Flags& flags) {
+  using Report = kvp::bench::PoolBenchResult;
+  return Finish<Report>(kvp::bench::RunPoolBench(), flags, kvp::bench::PoolTable,
+                        [](const Report& r) { return kvp::bench::PoolJson(r, Today(), Hostname()); });
+}
+
+#if defined(KVP_HAVE_CUDA)
+int Kernels(const Flags& flags) {
+  using Report = kvp::bench::KernelReport;
+  return Finish<Report>(kvp::bench::RunKernelBench(flags.Has("quick")), flags, kvp::bench::KernelTable,
+                        [](const Report& r) { return kvp::bench::KernelJson(r, Today()); });
+}
+
+int Attach(const char* self, const Flags& flags) {
+  double gib = 64, chunk_gib = 1;
+  if (!flags.Positive("gib", &gib) || !flags.Positive("chunk-gib", &chunk_gib)) {
+    return Usage("--gib and --chunk-gib take positive numbers");
+  }
+  using Report = kvp::bench::AttachResult;
+  return Finish<Report>(kvp::bench::RunAttachBench(self, gib, chunk_gib), flags,
+                        kvp::bench::AttachTable, [](const Report& r) {
+                          cudaDeviceProp prop;
+                          cudaGetDeviceProperties(&prop, 0);
+                          return kvp::bench::AttachJson(r, Today(), prop.name);
+                        });
+}
+#endif
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc >= 2 && std::strcmp(argv[1], "accuracy") == 0) {
-    return Accuracy(absl::MakeConstSpan(argv + 2, argc - 2));
+  if (argc < 2) return Usage("missing subcommand");
+  const std::string command = argv[1];
+  if (command == "--help" || command == "-h") {
+    std::fputs(kUsage, stdout);
+    return 0;
   }
 #if defined(KVP_HAVE_CUDA)
-  if (argc == 3 && std::strcmp(argv[1], "attach-child") == 0) return kvp::bench::AttachChild(argv[2]);
+  if (command == "attach-child" && argc == 3) return kvp::bench::AttachChild(argv[2]);
 #endif
-  if (argc >= 2 && std::strcmp(argv[1], "attach") == 0) {
-    return Attach(argv[0], absl::MakeConstSpan(argv + 2, argc - 2));
+  const auto args = absl::MakeConstSpan(argv + 2, argc - 2);
+  auto run = [&](std::initializer_list<absl::string_view> known, auto&& body) {
+    const absl::StatusOr<Flags> flags = Flags::Parse(args, known);
+    if (!flags.ok()) return Usage(std::string(flags.status().message()));
+    return body(*flags);
+  };
+  if (command == "accuracy") return run({"seqs", "context", "seed", "json"}, Accuracy);
+  if (command == "pool") return run({"json"}, Pool);
+#if defined(KVP_HAVE_CUDA)
+  if (command == "kernels") return run({"quick", "json"}, Kernels);
+  if (command == "attach") {
+    return run({"gib", "chunk-gib", "json"}, [&](const Flags& f) { return Attach(argv[0], f); });
   }
-  if (argc >= 2 && std::strcmp(argv[1], "pool") == 0) {
-    return Pool(absl::MakeConstSpan(argv + 2, argc - 2));
+#else
+  if (command == "kernels" || command == "attach") {
+    std::fprintf(stderr, "kvpool-bench: this build has no CUDA (nvcc was not found)\n");
+    return 1;
   }
-  if (argc >= 2 && std::strcmp(argv[1], "kernels") == 0) {
-    return Kernels(absl::MakeConstSpan(argv + 2, argc - 2));
-  }
-  const bool help = argc >= 2 && (std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0);
-  std::fputs(kUsage, help ? stdout : stderr);
-  return help ? 0 : 2;
+#endif
+  return Usage("unknown subcommand '" + command + "'");
 }

@@ -27,7 +27,7 @@ double BestRate(int64_t n, int reps, Body&& body) {
 
 }  // namespace
 
-PoolBenchResult RunPoolBench() {
+absl::StatusOr<PoolBenchResult> RunPoolBench() {
   PoolBenchResult r;
   constexpr int32_t kBlocks = 1 << 16;
   {

@@ -3,6 +3,8 @@
 
 #include <string>
 
+#include "absl/status/statusor.h"
+
 namespace kvp::bench {
 
 struct PoolBenchResult {
@@ -11,7 +13,8 @@ struct PoolBenchResult {
   double prefix_hit_per_s = 0;      // a new sequence finding one block by prefix
 };
 
-PoolBenchResult RunPoolBench();
+// Always succeeds; a StatusOr like the other benchmarks'.
+absl::StatusOr<PoolBenchResult> RunPoolBench();
 std::string PoolTable(const PoolBenchResult& r);
 std::string PoolJson(const PoolBenchResult& r, const std::string& date, const std::string& host);
 
