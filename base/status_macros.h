@@ -9,10 +9,10 @@
 #define KVP_STATUS_CONCAT(a, b) KVP_STATUS_CONCAT_INNER(a, b)
 
 // Returns the status of `expr` from the enclosing function when it is not OK.
-#define RETURN_IF_ERROR(expr)                          \
-  do {                                                 \
-    ::absl::Status kvp_status_ = (expr);               \
-    if (!kvp_status_.ok()) return kvp_status_;         \
+#define RETURN_IF_ERROR(expr)                  \
+  do {                                         \
+    ::absl::Status kvp_status_ = (expr);       \
+    if (!kvp_status_.ok()) return kvp_status_; \
   } while (0)
 
 // `lhs` = value of the StatusOr `rexpr`, or returns its status from the enclosing function.

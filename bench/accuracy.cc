@@ -156,13 +156,14 @@ absl::StatusOr<AccuracyReport> RunAccuracy(const AccuracyConfig& config) {
                config.context);
   const Workload w = MakeWorkload(config);
   report.mean_top_weight = MeanTopWeight(config, w);
-  ASSIGN_OR_RETURN(const DecodeResult reference, Decode(config, w, KvFormat::kBf16, KvFormat::kBf16));
+  ASSIGN_OR_RETURN(const DecodeResult reference,
+                   Decode(config, w, KvFormat::kBf16, KvFormat::kBf16));
 
   const std::pair<KvFormat, KvFormat> pairs[] = {
-      {KvFormat::kBf16, KvFormat::kBf16},       {KvFormat::kFp8E4m3, KvFormat::kBf16},
-      {KvFormat::kBf16, KvFormat::kTurbo4},     {KvFormat::kBf16, KvFormat::kTurbo3},
-      {KvFormat::kBf16, KvFormat::kTurbo2},     {KvFormat::kFp8E4m3, KvFormat::kTurbo4},
-      {KvFormat::kFp8E4m3, KvFormat::kTurbo3},  {KvFormat::kFp8E4m3, KvFormat::kTurbo2}};
+      {KvFormat::kBf16, KvFormat::kBf16},      {KvFormat::kFp8E4m3, KvFormat::kBf16},
+      {KvFormat::kBf16, KvFormat::kTurbo4},    {KvFormat::kBf16, KvFormat::kTurbo3},
+      {KvFormat::kBf16, KvFormat::kTurbo2},    {KvFormat::kFp8E4m3, KvFormat::kTurbo4},
+      {KvFormat::kFp8E4m3, KvFormat::kTurbo3}, {KvFormat::kFp8E4m3, KvFormat::kTurbo2}};
   const int64_t bf16_bytes = 2 * TraitsOf(KvFormat::kBf16).TotalBytes(config.head_dim);
   int done = 0;
   for (const auto& [k_format, v_format] : pairs) {
@@ -173,8 +174,8 @@ absl::StatusOr<AccuracyReport> RunAccuracy(const AccuracyConfig& config) {
     AccuracyRow row;
     row.k_format = k_format;
     row.v_format = v_format;
-    row.bytes_per_token_head =
-        TraitsOf(k_format).TotalBytes(config.head_dim) + TraitsOf(v_format).TotalBytes(config.head_dim);
+    row.bytes_per_token_head = TraitsOf(k_format).TotalBytes(config.head_dim) +
+                               TraitsOf(v_format).TotalBytes(config.head_dim);
     row.compression_vs_bf16 = static_cast<double>(bf16_bytes) / row.bytes_per_token_head;
     row.v_rel_mse = r.v_rel_mse;
     double err = 0.0, ref = 0.0;
@@ -209,37 +210,40 @@ std::string AccuracyTable(const AccuracyReport& r) {
       "(mean top softmax weight %.3f)\n\n",
       r.config.num_seqs, r.config.context, r.config.num_q_heads, r.config.num_kv_heads,
       r.config.head_dim, r.mean_top_weight);
-  absl::StrAppend(&out, "| K | V | bytes/token-head | vs bf16 | output rel. L2 | p99 | min cosine | V rel. MSE |\n");
+  absl::StrAppend(
+      &out,
+      "| K | V | bytes/token-head | vs bf16 | output rel. L2 | p99 | min cosine | V rel. MSE |\n");
   absl::StrAppend(&out, "| --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
   for (const AccuracyRow& row : r.rows) {
-    absl::StrAppend(&out, absl::StrFormat("| %s | %s | %d | %.2fx | %.4f | %.4f | %.5f | %.5f |\n",
-                                          KvFormatName(row.k_format), KvFormatName(row.v_format),
-                                          row.bytes_per_token_head, row.compression_vs_bf16,
-                                          row.output_rel_l2, row.output_rel_l2_p99, row.min_cosine,
-                                          row.v_rel_mse));
+    absl::StrAppend(
+        &out, absl::StrFormat("| %s | %s | %d | %.2fx | %.4f | %.4f | %.5f | %.5f |\n",
+                              KvFormatName(row.k_format), KvFormatName(row.v_format),
+                              row.bytes_per_token_head, row.compression_vs_bf16, row.output_rel_l2,
+                              row.output_rel_l2_p99, row.min_cosine, row.v_rel_mse));
   }
   return out;
 }
 
-std::string AccuracyJson(const AccuracyReport& r, const std::string& date, const std::string& host) {
+std::string AccuracyJson(const AccuracyReport& r, const std::string& date,
+                         const std::string& host) {
   std::string out = absl::StrFormat(
       "{\n  \"benchmark\": \"accuracy\",\n  \"date\": \"%s\",\n  \"host\": \"%s\",\n"
       "  \"device\": \"cpu (reference kernels)\",\n"
-      "  \"config\": {\"num_seqs\": %d, \"context\": %d, \"num_q_heads\": %d, \"num_kv_heads\": %d, "
+      "  \"config\": {\"num_seqs\": %d, \"context\": %d, \"num_q_heads\": %d, \"num_kv_heads\": "
+      "%d, "
       "\"head_dim\": %d, \"seed\": %d},\n  \"mean_top_softmax_weight\": %.6f,\n  \"rows\": [\n",
       date, host, r.config.num_seqs, r.config.context, r.config.num_q_heads, r.config.num_kv_heads,
       r.config.head_dim, r.config.seed, r.mean_top_weight);
   for (size_t i = 0; i < r.rows.size(); ++i) {
     const AccuracyRow& row = r.rows[i];
     absl::StrAppend(
-        &out,
-        absl::StrFormat("    {\"k\": \"%s\", \"v\": \"%s\", \"bytes_per_token_head\": %d, "
-                        "\"compression_vs_bf16\": %.4f, \"output_rel_l2\": %.6g, "
-                        "\"output_rel_l2_p99\": %.6g, \"min_cosine\": %.8f, \"v_rel_mse\": %.6g}%s\n",
-                        KvFormatName(row.k_format), KvFormatName(row.v_format),
-                        row.bytes_per_token_head, row.compression_vs_bf16, row.output_rel_l2,
-                        row.output_rel_l2_p99, row.min_cosine, row.v_rel_mse,
-                        i + 1 < r.rows.size() ? "," : ""));
+        &out, absl::StrFormat(
+                  "    {\"k\": \"%s\", \"v\": \"%s\", \"bytes_per_token_head\": %d, "
+                  "\"compression_vs_bf16\": %.4f, \"output_rel_l2\": %.6g, "
+                  "\"output_rel_l2_p99\": %.6g, \"min_cosine\": %.8f, \"v_rel_mse\": %.6g}%s\n",
+                  KvFormatName(row.k_format), KvFormatName(row.v_format), row.bytes_per_token_head,
+                  row.compression_vs_bf16, row.output_rel_l2, row.output_rel_l2_p99, row.min_cosine,
+                  row.v_rel_mse, i + 1 < r.rows.size() ? "," : ""));
   }
   absl::StrAppend(&out, "  ]\n}\n");
   return out;

@@ -55,13 +55,15 @@ absl::StatusOr<AttachResult> RunAttachBench(const std::string& self, double aren
   r.chunk_gib = chunk_gib;
   const uint64_t chunk = static_cast<uint64_t>(chunk_gib * (1ull << 30));
   const uint64_t total = static_cast<uint64_t>(arena_gib * (1ull << 30));
-  std::fprintf(stderr, "attach: creating a %.0f GiB cuda arena in %.2f GiB chunks\n", arena_gib, chunk_gib);
+  std::fprintf(stderr, "attach: creating a %.0f GiB cuda arena in %.2f GiB chunks\n", arena_gib,
+               chunk_gib);
   const auto start = std::chrono::steady_clock::now();
   ASSIGN_OR_RETURN(CudaArena arena, CudaArena::Create(0, chunk, total, total));
   r.create_ms = MsSince(start);
   r.chunks = static_cast<int>(arena.chunk_sizes().size());
   const std::string path = absl::StrCat("/tmp/kvpool-attach-", ::getpid(), ".sock");
-  ASSIGN_OR_RETURN(FdChannelServer server, FdChannelServer::Listen(path, AllowList{{::getuid()}, {}}));
+  ASSIGN_OR_RETURN(FdChannelServer server,
+                   FdChannelServer::Listen(path, AllowList{{::getuid()}, {}}));
   const pid_t child = ::fork();
   if (child == 0) {
     ::execl(self.c_str(), self.c_str(), "attach-child", path.c_str(), nullptr);
@@ -90,17 +92,20 @@ absl::StatusOr<AttachResult> RunAttachBench(const std::string& self, double aren
 
 std::string AttachTable(const AttachResult& r) {
   return absl::StrFormat(
-      "| cuda arena | chunks | create (kvpoold) | attach (other process) | connect to mapped | its CUDA context |\n"
+      "| cuda arena | chunks | create (kvpoold) | attach (other process) | connect to mapped | its "
+      "CUDA context |\n"
       "| --- | ---: | ---: | ---: | ---: | ---: |\n"
       "| %.0f GiB | %d x %.2f GiB | %.1f ms | %.1f ms | %.1f ms | %.1f ms |\n",
-      r.arena_gib, r.chunks, r.chunk_gib, r.create_ms, r.attach_ms, r.connect_to_mapped_ms, r.context_ms);
+      r.arena_gib, r.chunks, r.chunk_gib, r.create_ms, r.attach_ms, r.connect_to_mapped_ms,
+      r.context_ms);
 }
 
 std::string AttachJson(const AttachResult& r, const std::string& date, const std::string& device) {
   return absl::StrFormat(
       "{\n  \"benchmark\": \"attach\",\n  \"date\": \"%s\",\n  \"device\": \"%s\",\n"
       "  \"arena_gib\": %.1f,\n  \"chunk_gib\": %.2f,\n  \"chunks\": %d,\n  \"create_ms\": %.2f,\n"
-      "  \"attach_ms\": %.2f,\n  \"connect_to_mapped_ms\": %.2f,\n  \"child_context_ms\": %.2f\n}\n",
+      "  \"attach_ms\": %.2f,\n  \"connect_to_mapped_ms\": %.2f,\n  \"child_context_ms\": "
+      "%.2f\n}\n",
       date, device, r.arena_gib, r.chunk_gib, r.chunks, r.create_ms, r.attach_ms,
       r.connect_to_mapped_ms, r.context_ms);
 }

@@ -18,7 +18,8 @@ absl::StatusOr<GpuPool> BuildGpuPool(const PoolSpec& spec, int num_seqs, int seq
   pool.seq_len = seq_len;
   pool.blocks_per_seq = (seq_len + spec.block_size - 1) / spec.block_size;
   pool.num_blocks = int64_t{num_seqs} * pool.blocks_per_seq;
-  ASSIGN_OR_RETURN(pool.arena, DeviceBuffer::Allocate(pool.num_blocks * pool.layout.block_stride()));
+  ASSIGN_OR_RETURN(pool.arena,
+                   DeviceBuffer::Allocate(pool.num_blocks * pool.layout.block_stride()));
 
   std::mt19937_64 rng(synth.seed);
   std::vector<int32_t> tables(pool.num_blocks);
@@ -33,7 +34,8 @@ absl::StatusOr<GpuPool> BuildGpuPool(const PoolSpec& spec, int num_seqs, int seq
   const int64_t row = int64_t{spec.num_kv_heads} * spec.head_dim;
   ASSIGN_OR_RETURN(DeviceBuffer k, DeviceBuffer::Allocate(kChunk * row * sizeof(Bf16)));
   ASSIGN_OR_RETURN(DeviceBuffer v, DeviceBuffer::Allocate(kChunk * row * sizeof(Bf16)));
-  ASSIGN_OR_RETURN(DeviceBuffer index_k, DeviceBuffer::Allocate(kChunk * kIndexHeadDim * sizeof(Bf16)));
+  ASSIGN_OR_RETURN(DeviceBuffer index_k,
+                   DeviceBuffer::Allocate(kChunk * kIndexHeadDim * sizeof(Bf16)));
   ASSIGN_OR_RETURN(DeviceBuffer tokens, DeviceBuffer::Allocate(kChunk * sizeof(int32_t)));
   ASSIGN_OR_RETURN(DeviceBuffer slots, DeviceBuffer::Allocate(kChunk * sizeof(int64_t)));
   std::vector<int64_t> host_slots(kChunk);
@@ -45,17 +47,27 @@ absl::StatusOr<GpuPool> BuildGpuPool(const PoolSpec& spec, int num_seqs, int seq
       for (int i = 0; i < n; ++i) {
         const int pos = first + i;
         host_slots[i] = int64_t{tables[size_t(s) * pool.blocks_per_seq + pos / spec.block_size]} *
-                            spec.block_size + pos % spec.block_size;
+                            spec.block_size +
+                        pos % spec.block_size;
       }
       RETURN_IF_ERROR(slots.CopyFrom(host_slots.data(), n * sizeof(int64_t)));
-      RETURN_IF_ERROR(tokens.CopyFrom(pool.tokens.data() + size_t(s) * seq_len + first, n * sizeof(int32_t)));
+      RETURN_IF_ERROR(
+          tokens.CopyFrom(pool.tokens.data() + size_t(s) * seq_len + first, n * sizeof(int32_t)));
       for (int layer = 0; layer < spec.num_layers; ++layer) {
-        SyntheticTokensParams gen{synth, layer, spec.num_kv_heads, spec.head_dim,
-                                  tokens.get<int32_t>(), n, first, k.get<Bf16>(), v.get<Bf16>(),
+        SyntheticTokensParams gen{synth,
+                                  layer,
+                                  spec.num_kv_heads,
+                                  spec.head_dim,
+                                  tokens.get<int32_t>(),
+                                  n,
+                                  first,
+                                  k.get<Bf16>(),
+                                  v.get<Bf16>(),
                                   spec.indexer ? index_k.get<Bf16>() : nullptr};
         RETURN_IF_ERROR(SyntheticTokensCuda(gen, stream));
-        CacheWriteParams write{pool.Layer(layer), k.get<Bf16>(), v.get<Bf16>(),
-                               spec.indexer ? index_k.get<Bf16>() : nullptr, slots.get<int64_t>(), n};
+        CacheWriteParams write{pool.Layer(layer),    k.get<Bf16>(),
+                               v.get<Bf16>(),        spec.indexer ? index_k.get<Bf16>() : nullptr,
+                               slots.get<int64_t>(), n};
         RETURN_IF_ERROR(CacheWriteCuda(write, stream));
       }
     }

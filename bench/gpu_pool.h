@@ -24,8 +24,8 @@ struct GpuPool {
   int blocks_per_seq = 0;
   int64_t num_blocks = 0;
   DeviceBuffer arena;
-  DeviceBuffer block_tables;  // [num_seqs, blocks_per_seq] int32
-  DeviceBuffer seq_lens;      // [num_seqs] int32, all seq_len
+  DeviceBuffer block_tables;    // [num_seqs, blocks_per_seq] int32
+  DeviceBuffer seq_lens;        // [num_seqs] int32, all seq_len
   std::vector<int32_t> tokens;  // [num_seqs, seq_len] token ids (host copy, for needles)
 
   LayerCache Layer(int layer) const {

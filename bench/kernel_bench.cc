@@ -53,11 +53,13 @@ absl::StatusOr<double> MeasureCopyTbps(cudaStream_t stream) {
   ASSIGN_OR_RETURN(DeviceBuffer a, DeviceBuffer::Allocate(bytes));
   ASSIGN_OR_RETURN(DeviceBuffer b, DeviceBuffer::Allocate(bytes));
   KVP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(a.get(), 0x5A, bytes, stream));
-  ASSIGN_OR_RETURN(Timing t, TimeMedian([&](int) -> absl::Status {
-                     KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(b.get(), a.get(), bytes,
-                                                              cudaMemcpyDeviceToDevice, stream));
-                     return absl::OkStatus();
-                   }, stream, 3, 20));
+  ASSIGN_OR_RETURN(Timing t, TimeMedian(
+                                 [&](int) -> absl::Status {
+                                   KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+                                       b.get(), a.get(), bytes, cudaMemcpyDeviceToDevice, stream));
+                                   return absl::OkStatus();
+                                 },
+                                 stream, 3, 20));
   return 2.0 * bytes / (t.median_us * 1e-6) / 1e12;
 }
 
@@ -92,10 +94,14 @@ class Bench {
       ASSIGN_OR_RETURN(DeviceBuffer q, ToDevice(RandomBf16(rng_, size_t(batch) * 32 * 128, 1.0f)));
       ASSIGN_OR_RETURN(DeviceBuffer out, DeviceBuffer::Allocate(size_t(batch) * 32 * 128 * 4));
       const PagedDecodeParams p{Attention(pool, 0, batch, q.get<Bf16>(), out.get<float>(), 32), 0};
-      ASSIGN_OR_RETURN(Timing t, TimeMedian([&](int) { return PagedDecodeCuda(p, ws_, stream_); }, stream_));
-      report.rows.push_back({"paged_decode",
-                             absl::StrFormat("batch=%d ctx=%d q/kv=32/8 d=128 fp8+turbo3 block=64", batch, ctx),
-                             t.median_us, double(batch) * ctx * KvBytesPerToken(spec), {}});
+      ASSIGN_OR_RETURN(Timing t,
+                       TimeMedian([&](int) { return PagedDecodeCuda(p, ws_, stream_); }, stream_));
+      report.rows.push_back(
+          {"paged_decode",
+           absl::StrFormat("batch=%d ctx=%d q/kv=32/8 d=128 fp8+turbo3 block=64", batch, ctx),
+           t.median_us,
+           double(batch) * ctx * KvBytesPerToken(spec),
+           {}});
     }
     return absl::OkStatus();
   }
@@ -110,7 +116,8 @@ class Bench {
     for (int s = 0; s < batch; ++s) {
       const int32_t target = static_cast<int32_t>(rng_() % ctx);
       const SyntheticNeedle needle{target, pool.tokens[size_t(s) * ctx + target], 1.0f};
-      FillSyntheticQuery(synth, SyntheticShape{8, 32, 128}, 0, rng_(), &needle, &q[size_t(s) * 32 * 128]);
+      FillSyntheticQuery(synth, SyntheticShape{8, 32, 128}, 0, rng_(), &needle,
+                         &q[size_t(s) * 32 * 128]);
     }
     ASSIGN_OR_RETURN(DeviceBuffer dq, ToDevice(q));
     ASSIGN_OR_RETURN(DeviceBuffer counter, DeviceBuffer::Allocate(sizeof(uint32_t)));
@@ -120,7 +127,8 @@ class Bench {
       ASSIGN_OR_RETURN(DeviceBuffer out, DeviceBuffer::Allocate(q.size() * 4));
       PagedDecodeParams p{Attention(pool, 0, batch, dq.get<Bf16>(), out.get<float>(), 32), 0};
       p.attn.sparse_v_threshold = tau;
-      ASSIGN_OR_RETURN(Timing t, TimeMedian([&](int) { return PagedDecodeCuda(p, ws_, stream_); }, stream_));
+      ASSIGN_OR_RETURN(Timing t,
+                       TimeMedian([&](int) { return PagedDecodeCuda(p, ws_, stream_); }, stream_));
       // One counted run for the skip rate.
       KVP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(counter.get(), 0, 4, stream_));
       p.attn.skipped_tiles = counter.get<uint32_t>();
@@ -131,9 +139,12 @@ class Bench {
       std::vector<float> o(q.size());
       RETURN_IF_ERROR(out.CopyTo(o));
       const double tiles = double(batch) * 8 * (ctx / 16);
-      KernelRow row{"paged_decode_sparse_v",
-                    absl::StrFormat("tau=%g batch=%d ctx=%d needles q/kv=32/8 fp8+turbo3", tau, batch, ctx),
-                    t.median_us, double(batch) * ctx * KvBytesPerToken(spec), {}};
+      KernelRow row{
+          "paged_decode_sparse_v",
+          absl::StrFormat("tau=%g batch=%d ctx=%d needles q/kv=32/8 fp8+turbo3", tau, batch, ctx),
+          t.median_us,
+          double(batch) * ctx * KvBytesPerToken(spec),
+          {}};
       row.extra.push_back({"skip_rate", skipped / tiles});
       if (tau == 0.0f) {
         dense_out = o;
@@ -150,7 +161,8 @@ class Bench {
       if (tau == 0.0f) {
         // τ = 0 must be the dense kernel exactly: compare with a run that never saw τ.
         ASSIGN_OR_RETURN(DeviceBuffer out2, DeviceBuffer::Allocate(q.size() * 4));
-        PagedDecodeParams plain{Attention(pool, 0, batch, dq.get<Bf16>(), out2.get<float>(), 32), 0};
+        PagedDecodeParams plain{Attention(pool, 0, batch, dq.get<Bf16>(), out2.get<float>(), 32),
+                                0};
         RETURN_IF_ERROR(PagedDecodeCuda(plain, ws_, stream_));
         KVP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
         std::vector<float> o2(q.size());
@@ -172,35 +184,54 @@ class Bench {
     const PoolSpec spec = DecodeSpec(KvFormat::kTurbo3, true);
     SyntheticConfig synth;
     ASSIGN_OR_RETURN(GpuPool pool, BuildGpuPool(spec, copies, ctx, synth, stream_));
-    ASSIGN_OR_RETURN(DeviceBuffer iq, ToDevice(RandomBf16(rng_, size_t(copies) * kIndexHeads * kIndexHeadDim, 1.0f)));
+    ASSIGN_OR_RETURN(
+        DeviceBuffer iq,
+        ToDevice(RandomBf16(rng_, size_t(copies) * kIndexHeads * kIndexHeadDim, 1.0f)));
     std::vector<float> w(copies * kIndexHeads);
     for (float& x : w) x = 0.5f + (rng_() % 1000) / 1000.0f;
     ASSIGN_OR_RETURN(DeviceBuffer dw, ToDevice(w));
     ASSIGN_OR_RETURN(DeviceBuffer logits, DeviceBuffer::Allocate(size_t(copies) * ctx * 4));
     auto indexer = [&](int i) {
       const int s = i % copies;
-      IndexerLogitsParams p{pool.Layer(0), iq.get<Bf16>() + s * kIndexHeads * kIndexHeadDim,
-                            dw.get<float>() + s * kIndexHeads, pool.table(s), pool.blocks_per_seq,
-                            pool.lens(s), logits.get<float>() + size_t(s) * ctx, ctx, 1, kIndexHeads};
+      IndexerLogitsParams p{pool.Layer(0),
+                            iq.get<Bf16>() + s * kIndexHeads * kIndexHeadDim,
+                            dw.get<float>() + s * kIndexHeads,
+                            pool.table(s),
+                            pool.blocks_per_seq,
+                            pool.lens(s),
+                            logits.get<float>() + size_t(s) * ctx,
+                            ctx,
+                            1,
+                            kIndexHeads};
       return IndexerLogitsCuda(p, stream_);
     };
     ASSIGN_OR_RETURN(Timing ti, TimeMedian(indexer, stream_));
     for (int i = 0; i < copies; ++i) RETURN_IF_ERROR(indexer(i));  // fill every row of logits
-    report.rows.push_back({"indexer_logits", absl::StrFormat("batch=1 tokens=%d heads=64x128 fp8", ctx),
-                           ti.median_us, double(ctx) * (kIndexHeadDim + 4 + 4), {}});
+    report.rows.push_back({"indexer_logits",
+                           absl::StrFormat("batch=1 tokens=%d heads=64x128 fp8", ctx),
+                           ti.median_us,
+                           double(ctx) * (kIndexHeadDim + 4 + 4),
+                           {}});
 
     ASSIGN_OR_RETURN(DeviceBuffer indices, DeviceBuffer::Allocate(size_t(copies) * 2048 * 4));
     ASSIGN_OR_RETURN(DeviceBuffer lens, ToDevice(std::vector<int32_t>(copies, ctx)));
     for (int k : {256, 2048}) {
       auto topk = [&](int i) {
         const int s = i % copies;
-        TopkParams p{logits.get<float>() + size_t(s) * ctx, lens.get<int32_t>() + s,
-                     indices.get<int32_t>() + s * 2048, ctx, 1, k};
+        TopkParams p{logits.get<float>() + size_t(s) * ctx,
+                     lens.get<int32_t>() + s,
+                     indices.get<int32_t>() + s * 2048,
+                     ctx,
+                     1,
+                     k};
         return TopkCuda(p, ws_topk_, stream_);
       };
       ASSIGN_OR_RETURN(Timing tt, TimeMedian(topk, stream_));
-      report.rows.push_back({"topk", absl::StrFormat("batch=1 n=%d k=%d", ctx, k), tt.median_us,
-                             double(ctx) * 4 + k * 4.0, {}});
+      report.rows.push_back({"topk",
+                             absl::StrFormat("batch=1 n=%d k=%d", ctx, k),
+                             tt.median_us,
+                             double(ctx) * 4 + k * 4.0,
+                             {}});
       if (k == 2048) {
         for (int i = 0; i < copies; ++i) RETURN_IF_ERROR(topk(i));
       }
@@ -211,29 +242,42 @@ class Bench {
     ASSIGN_OR_RETURN(DeviceBuffer out, DeviceBuffer::Allocate(size_t(copies) * 32 * 128 * 4));
     auto sparse = [&](int i) {
       const int s = i % copies;
-      SparseDecodeParams p{Attention(pool, s, 1, q.get<Bf16>() + s * 32 * 128, out.get<float>() + s * 32 * 128, 32),
-                           indices.get<int32_t>() + s * 2048, 2048};
+      SparseDecodeParams p{
+          Attention(pool, s, 1, q.get<Bf16>() + s * 32 * 128, out.get<float>() + s * 32 * 128, 32),
+          indices.get<int32_t>() + s * 2048, 2048};
       return SparseDecodeCuda(p, ws_, stream_);
     };
     ASSIGN_OR_RETURN(Timing ts, TimeMedian(sparse, stream_));
-    report.rows.push_back({"sparse_decode", "batch=1 topk=2048 q/kv=32/8 d=128 fp8+turbo3", ts.median_us,
-                           2048.0 * KvBytesPerToken(spec), {}});
+    report.rows.push_back({"sparse_decode",
+                           "batch=1 topk=2048 q/kv=32/8 d=128 fp8+turbo3",
+                           ts.median_us,
+                           2048.0 * KvBytesPerToken(spec),
+                           {}});
 
     // One decode layer: indexer -> top-k -> sparse decode, captured in a CUDA graph.
     auto layer = [&](int i) -> absl::Status {
       RETURN_IF_ERROR(indexer(i));
       const int s = i % copies;
-      TopkParams tp{logits.get<float>() + size_t(s) * ctx, lens.get<int32_t>() + s,
-                    indices.get<int32_t>() + s * 2048, ctx, 1, 2048};
+      TopkParams tp{logits.get<float>() + size_t(s) * ctx,
+                    lens.get<int32_t>() + s,
+                    indices.get<int32_t>() + s * 2048,
+                    ctx,
+                    1,
+                    2048};
       RETURN_IF_ERROR(TopkCuda(tp, ws_topk_, stream_));
       return sparse(i);
     };
     ASSIGN_OR_RETURN(Timing tl, TimeMedian(layer, stream_));
-    KernelRow row{"decode_layer", absl::StrFormat("batch=1 indexer %d tokens + top-2048 + sparse 32/8", ctx),
-                  tl.median_us, ctx * 136.0 + 2048.0 * KvBytesPerToken(spec), {}};
+    KernelRow row{"decode_layer",
+                  absl::StrFormat("batch=1 indexer %d tokens + top-2048 + sparse 32/8", ctx),
+                  tl.median_us,
+                  ctx * 136.0 + 2048.0 * KvBytesPerToken(spec),
+                  {}};
     absl::StatusOr<double> graph_us = TimeLayerGraph(layer);
-    if (graph_us.ok()) row.extra.push_back({"cuda_graph_us", *graph_us});
-    else Progress(absl::StrCat("graph capture failed: ", graph_us.status().ToString()));
+    if (graph_us.ok())
+      row.extra.push_back({"cuda_graph_us", *graph_us});
+    else
+      Progress(absl::StrCat("graph capture failed: ", graph_us.status().ToString()));
     report.rows.push_back(row);
     return absl::OkStatus();
   }
@@ -252,10 +296,13 @@ class Bench {
       cudaGraphDestroy(graph);
       execs.push_back(exec);
     }
-    ASSIGN_OR_RETURN(Timing t, TimeMedian([&](int i) -> absl::Status {
-                       KVP_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(execs[i % copies], stream_));
-                       return absl::OkStatus();
-                     }, stream_));
+    ASSIGN_OR_RETURN(Timing t,
+                     TimeMedian(
+                         [&](int i) -> absl::Status {
+                           KVP_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(execs[i % copies], stream_));
+                           return absl::OkStatus();
+                         },
+                         stream_));
     for (cudaGraphExec_t e : execs) cudaGraphExecDestroy(e);
     return t.median_us;
   }
@@ -267,14 +314,28 @@ class Bench {
       const PoolSpec spec = DecodeSpec(KvFormat::kTurbo3, true, 1);
       SyntheticConfig synth;
       ASSIGN_OR_RETURN(GpuPool pool, BuildGpuPool(spec, batch, ctx, synth, stream_));
-      ASSIGN_OR_RETURN(DeviceBuffer iq, ToDevice(RandomBf16(rng_, size_t(batch) * kIndexHeads * kIndexHeadDim, 1.0f)));
+      ASSIGN_OR_RETURN(
+          DeviceBuffer iq,
+          ToDevice(RandomBf16(rng_, size_t(batch) * kIndexHeads * kIndexHeadDim, 1.0f)));
       ASSIGN_OR_RETURN(DeviceBuffer dw, ToDevice(std::vector<float>(batch * kIndexHeads, 0.7f)));
       ASSIGN_OR_RETURN(DeviceBuffer logits, DeviceBuffer::Allocate(size_t(batch) * ctx * 4));
-      IndexerLogitsParams p{pool.Layer(0), iq.get<Bf16>(), dw.get<float>(), pool.table(0), pool.blocks_per_seq,
-                            pool.lens(0), logits.get<float>(), ctx, batch, kIndexHeads};
-      ASSIGN_OR_RETURN(Timing t, TimeMedian([&](int) { return IndexerLogitsCuda(p, stream_); }, stream_));
-      report.rows.push_back({"indexer_logits", absl::StrFormat("batch=%d tokens=%d heads=64x128 fp8", batch, ctx),
-                             t.median_us, double(batch) * ctx * (kIndexHeadDim + 4 + 4), {}});
+      IndexerLogitsParams p{pool.Layer(0),
+                            iq.get<Bf16>(),
+                            dw.get<float>(),
+                            pool.table(0),
+                            pool.blocks_per_seq,
+                            pool.lens(0),
+                            logits.get<float>(),
+                            ctx,
+                            batch,
+                            kIndexHeads};
+      ASSIGN_OR_RETURN(Timing t,
+                       TimeMedian([&](int) { return IndexerLogitsCuda(p, stream_); }, stream_));
+      report.rows.push_back({"indexer_logits",
+                             absl::StrFormat("batch=%d tokens=%d heads=64x128 fp8", batch, ctx),
+                             t.median_us,
+                             double(batch) * ctx * (kIndexHeadDim + 4 + 4),
+                             {}});
     }
     for (int q_heads : {32, 128}) {
       const int batch = quick_ ? 16 : 128, ctx = 8192, kv = q_heads == 128 ? 1 : 8;
@@ -290,13 +351,19 @@ class Bench {
         std::copy(all.begin(), all.begin() + 2048, idx.begin() + size_t(s) * 2048);
       }
       ASSIGN_OR_RETURN(DeviceBuffer di, ToDevice(idx));
-      ASSIGN_OR_RETURN(DeviceBuffer q, ToDevice(RandomBf16(rng_, size_t(batch) * q_heads * 128, 1.0f)));
+      ASSIGN_OR_RETURN(DeviceBuffer q,
+                       ToDevice(RandomBf16(rng_, size_t(batch) * q_heads * 128, 1.0f)));
       ASSIGN_OR_RETURN(DeviceBuffer out, DeviceBuffer::Allocate(size_t(batch) * q_heads * 128 * 4));
-      SparseDecodeParams p{Attention(pool, 0, batch, q.get<Bf16>(), out.get<float>(), q_heads), di.get<int32_t>(), 2048};
-      ASSIGN_OR_RETURN(Timing t, TimeMedian([&](int) { return SparseDecodeCuda(p, ws_, stream_); }, stream_));
-      report.rows.push_back({"sparse_decode",
-                             absl::StrFormat("batch=%d topk=2048 q/kv=%d/%d d=128 fp8+turbo3", batch, q_heads, kv),
-                             t.median_us, double(batch) * 2048 * KvBytesPerToken(spec), {}});
+      SparseDecodeParams p{Attention(pool, 0, batch, q.get<Bf16>(), out.get<float>(), q_heads),
+                           di.get<int32_t>(), 2048};
+      ASSIGN_OR_RETURN(Timing t,
+                       TimeMedian([&](int) { return SparseDecodeCuda(p, ws_, stream_); }, stream_));
+      report.rows.push_back(
+          {"sparse_decode",
+           absl::StrFormat("batch=%d topk=2048 q/kv=%d/%d d=128 fp8+turbo3", batch, q_heads, kv),
+           t.median_us,
+           double(batch) * 2048 * KvBytesPerToken(spec),
+           {}});
     }
     return absl::OkStatus();
   }
@@ -322,18 +389,29 @@ class Bench {
     std::vector<int64_t> slots(tokens);
     std::iota(slots.begin(), slots.end(), 0);
     ASSIGN_OR_RETURN(DeviceBuffer ds, ToDevice(slots));
-    ASSIGN_OR_RETURN(Timing t, TimeMedian([&](int) -> absl::Status {
-                       for (int l = 0; l < layers; ++l) {
-                         CacheWriteParams p{layout.Layer(arena.get<uint8_t>(), blocks, l), k[l].get<Bf16>(),
-                                            v[l].get<Bf16>(), ik[l].get<Bf16>(), ds.get<int64_t>(), tokens};
-                         RETURN_IF_ERROR(CacheWriteCuda(p, stream_));
-                       }
-                       return absl::OkStatus();
-                     }, stream_, 3, 20));
+    ASSIGN_OR_RETURN(Timing t, TimeMedian(
+                                   [&](int) -> absl::Status {
+                                     for (int l = 0; l < layers; ++l) {
+                                       CacheWriteParams p{
+                                           layout.Layer(arena.get<uint8_t>(), blocks, l),
+                                           k[l].get<Bf16>(),
+                                           v[l].get<Bf16>(),
+                                           ik[l].get<Bf16>(),
+                                           ds.get<int64_t>(),
+                                           tokens};
+                                       RETURN_IF_ERROR(CacheWriteCuda(p, stream_));
+                                     }
+                                     return absl::OkStatus();
+                                   },
+                                   stream_, 3, 20));
     const double read = double(layers) * tokens * (2.0 * row * 2 + 128 * 2 + 8);
     const double written = double(layers) * tokens * (KvBytesPerToken(spec) + 132);
-    report.rows.push_back({"cache_write", absl::StrFormat("tokens=%d layers=%d kv=8 d=128 fp8+turbo3+indexer", tokens, layers),
-                           t.median_us, read + written, {}});
+    report.rows.push_back(
+        {"cache_write",
+         absl::StrFormat("tokens=%d layers=%d kv=8 d=128 fp8+turbo3+indexer", tokens, layers),
+         t.median_us,
+         read + written,
+         {}});
     return absl::OkStatus();
   }
 
@@ -351,13 +429,22 @@ class Bench {
     std::iota(ids.begin(), ids.end(), 0);
     std::shuffle(ids.begin(), ids.end(), rng_);
     ASSIGN_OR_RETURN(DeviceBuffer dids, ToDevice(ids));
-    ASSIGN_OR_RETURN(Timing t, TimeMedian([&](int i) {
-                       BlockCopyParams p{arena.get<uint8_t>(), blocks, layout.block_stride(),
-                                         dids.get<int32_t>() + (i % 4) * moved, moved, staging.get<uint8_t>()};
-                       return GatherBlocksCuda(p, stream_);
-                     }, stream_));
-    report.rows.push_back({"block_gather", absl::StrFormat("blocks=%d stride=%d", moved, layout.block_stride()),
-                           t.median_us, 2.0 * moved * layout.block_stride(), {}});
+    ASSIGN_OR_RETURN(Timing t, TimeMedian(
+                                   [&](int i) {
+                                     BlockCopyParams p{arena.get<uint8_t>(),
+                                                       blocks,
+                                                       layout.block_stride(),
+                                                       dids.get<int32_t>() + (i % 4) * moved,
+                                                       moved,
+                                                       staging.get<uint8_t>()};
+                                     return GatherBlocksCuda(p, stream_);
+                                   },
+                                   stream_));
+    report.rows.push_back({"block_gather",
+                           absl::StrFormat("blocks=%d stride=%d", moved, layout.block_stride()),
+                           t.median_us,
+                           2.0 * moved * layout.block_stride(),
+                           {}});
     return absl::OkStatus();
   }
 
@@ -393,31 +480,38 @@ absl::StatusOr<KernelReport> RunKernelBench(bool quick) {
 std::string KernelJson(const KernelReport& r, const std::string& date) {
   std::string out = absl::StrFormat(
       "{\n  \"benchmark\": \"kernels\",\n  \"date\": \"%s\",\n  \"device\": \"%s\",\n"
-      "  \"copy_tbps\": %.4f,\n  \"rows\": [\n", date, r.device, r.copy_tbps);
+      "  \"copy_tbps\": %.4f,\n  \"rows\": [\n",
+      date, r.device, r.copy_tbps);
   for (size_t i = 0; i < r.rows.size(); ++i) {
     const KernelRow& row = r.rows[i];
     const double tbps = row.bytes / (row.median_us * 1e-6) / 1e12;
     std::string extra;
-    for (const auto& [k, v] : row.extra) absl::StrAppend(&extra, absl::StrFormat(", \"%s\": %.6g", k, v));
-    absl::StrAppend(&out, absl::StrFormat(
-        "    {\"op\": \"%s\", \"shape\": \"%s\", \"median_us\": %.3f, \"bytes\": %.0f, "
-        "\"tbps\": %.4f, \"fraction_of_copy\": %.4f%s}%s\n",
-        row.op, row.shape, row.median_us, row.bytes, tbps, tbps / r.copy_tbps, extra,
-        i + 1 < r.rows.size() ? "," : ""));
+    for (const auto& [k, v] : row.extra)
+      absl::StrAppend(&extra, absl::StrFormat(", \"%s\": %.6g", k, v));
+    absl::StrAppend(
+        &out, absl::StrFormat(
+                  "    {\"op\": \"%s\", \"shape\": \"%s\", \"median_us\": %.3f, \"bytes\": %.0f, "
+                  "\"tbps\": %.4f, \"fraction_of_copy\": %.4f%s}%s\n",
+                  row.op, row.shape, row.median_us, row.bytes, tbps, tbps / r.copy_tbps, extra,
+                  i + 1 < r.rows.size() ? "," : ""));
   }
   absl::StrAppend(&out, "  ]\n}\n");
   return out;
 }
 
 std::string KernelTable(const KernelReport& r) {
-  std::string out = absl::StrFormat("%s, device-to-device copy %.2f TB/s (read + write)\n\n", r.device, r.copy_tbps);
-  absl::StrAppend(&out, "| op | shape | median µs | TB/s | of copy BW | notes |\n| --- | --- | ---: | ---: | ---: | --- |\n");
+  std::string out = absl::StrFormat("%s, device-to-device copy %.2f TB/s (read + write)\n\n",
+                                    r.device, r.copy_tbps);
+  absl::StrAppend(&out,
+                  "| op | shape | median µs | TB/s | of copy BW | notes |\n| --- | --- | ---: | "
+                  "---: | ---: | --- |\n");
   for (const KernelRow& row : r.rows) {
     const double tbps = row.bytes / (row.median_us * 1e-6) / 1e12;
     std::string notes;
     for (const auto& [k, v] : row.extra) absl::StrAppend(&notes, absl::StrFormat("%s=%.4g ", k, v));
-    absl::StrAppend(&out, absl::StrFormat("| %s | %s | %.1f | %.2f | %.0f%% | %s|\n", row.op, row.shape,
-                                          row.median_us, tbps, 100 * tbps / r.copy_tbps, notes));
+    absl::StrAppend(&out,
+                    absl::StrFormat("| %s | %s | %.1f | %.2f | %.0f%% | %s|\n", row.op, row.shape,
+                                    row.median_us, tbps, 100 * tbps / r.copy_tbps, notes));
   }
   return out;
 }

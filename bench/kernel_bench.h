@@ -1,6 +1,7 @@
 // kvpool-bench kernels: times every CUDA kernel on the GPU (CUDA events, warm-up, median of many
 // runs, inputs larger than L2 or rotated across copies, synthetic non-zero data) and reports bytes
-// moved, GB/s and the fraction of the GPU's device-to-device copy bandwidth measured in the same run.
+// moved, GB/s and the fraction of the GPU's device-to-device copy bandwidth measured in the same
+// run.
 #pragma once
 
 #include <string>

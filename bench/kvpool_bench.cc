@@ -137,20 +137,23 @@ int Accuracy(const Flags& flags) {
     return Usage("--seqs, --context and --seed take positive integers");
   }
   using Report = kvp::bench::AccuracyReport;
-  return Finish<Report>(kvp::bench::RunAccuracy(config), flags, kvp::bench::AccuracyTable,
-                        [](const Report& r) { return kvp::bench::AccuracyJson(r, Today(), Hostname()); });
+  return Finish<Report>(
+      kvp::bench::RunAccuracy(config), flags, kvp::bench::AccuracyTable,
+      [](const Report& r) { return kvp::bench::AccuracyJson(r, Today(), Hostname()); });
 }
 
 int Pool(const Flags& flags) {
   using Report = kvp::bench::PoolBenchResult;
-  return Finish<Report>(kvp::bench::RunPoolBench(), flags, kvp::bench::PoolTable,
-                        [](const Report& r) { return kvp::bench::PoolJson(r, Today(), Hostname()); });
+  return Finish<Report>(
+      kvp::bench::RunPoolBench(), flags, kvp::bench::PoolTable,
+      [](const Report& r) { return kvp::bench::PoolJson(r, Today(), Hostname()); });
 }
 
 #if defined(KVP_HAVE_CUDA)
 int Kernels(const Flags& flags) {
   using Report = kvp::bench::KernelReport;
-  return Finish<Report>(kvp::bench::RunKernelBench(flags.Has("quick")), flags, kvp::bench::KernelTable,
+  return Finish<Report>(kvp::bench::RunKernelBench(flags.Has("quick")), flags,
+                        kvp::bench::KernelTable,
                         [](const Report& r) { return kvp::bench::KernelJson(r, Today()); });
 }
 

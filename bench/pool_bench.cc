@@ -19,7 +19,8 @@ double BestRate(int64_t n, int reps, Body&& body) {
   for (int r = 0; r < reps; ++r) {
     const auto start = std::chrono::steady_clock::now();
     for (int64_t i = 0; i < n; ++i) body(i);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     best = std::max(best, n / s);
   }
   return best;

@@ -81,9 +81,9 @@ absl::StatusOr<Command> ParseArgs(int argc, char** argv) {
   if (!have_dim) return absl::InvalidArgumentError("--head-dim is required");
   const size_t want = cmd.verb == "stats" ? 1 : 2;
   if (cmd.files.size() != want) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(cmd.verb, " takes ", want, want == 1 ? " file" : " files (IN OUT)", ", got ",
-                     cmd.files.size()));
+    return absl::InvalidArgumentError(absl::StrCat(cmd.verb, " takes ", want,
+                                                   want == 1 ? " file" : " files (IN OUT)",
+                                                   ", got ", cmd.files.size()));
   }
   RETURN_IF_ERROR(ValidateSectionCodecOptions(cmd.options));
   return cmd;
@@ -118,9 +118,9 @@ absl::Status Run(const Command& cmd) {
       return absl::Status(values.status().code(),
                           absl::StrCat(cmd.files[0], ": ", values.status().message()));
     }
-    return WriteFileAtomically(
-        cmd.files[1], absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(values->data()),
-                                          values->size() * sizeof(float)));
+    return WriteFileAtomically(cmd.files[1],
+                               absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(values->data()),
+                                                   values->size() * sizeof(float)));
   }
   ASSIGN_OR_RETURN(const std::vector<float> values, ReadFloats(cmd.files[0]));
   absl::StatusOr<RoundTripStats> stats = MeasureRoundTrip(o, values);
@@ -131,8 +131,8 @@ absl::Status Run(const Command& cmd) {
   std::printf("format            %s\n", std::string(KvFormatName(o.format)).c_str());
   std::printf("head_dim          %d\n", o.head_dim);
   std::printf("vectors           %lld\n", static_cast<long long>(stats->vectors));
-  std::printf("bytes_per_vector  %lld (bf16: %d)\n", static_cast<long long>(stats->bytes_per_vector),
-              2 * o.head_dim);
+  std::printf("bytes_per_vector  %lld (bf16: %d)\n",
+              static_cast<long long>(stats->bytes_per_vector), 2 * o.head_dim);
   std::printf("relative_mse      %.6g\n", stats->relative_mse);
   std::printf("snr_db            %.2f\n", stats->snr_db);
   std::printf("max_abs_error     %.6g\n", stats->max_abs_error);

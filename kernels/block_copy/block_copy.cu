@@ -15,7 +15,8 @@ template <bool kGather>
 __global__ void __launch_bounds__(kThreads) BlockCopyKernel(BlockCopyParams p) {
   const int i = blockIdx.x;
   const int64_t arena_block = p.block_ids[i];
-  const uint8_t* src = kGather ? p.arena + arena_block * p.block_stride : p.staging + i * p.block_stride;
+  const uint8_t* src =
+      kGather ? p.arena + arena_block * p.block_stride : p.staging + i * p.block_stride;
   uint8_t* dst = kGather ? p.staging + i * p.block_stride : p.arena + arena_block * p.block_stride;
   const int64_t first = int64_t{blockIdx.y} * kSliceBytes;
   uint4 v[kVectorsPerThread];
@@ -35,7 +36,8 @@ template <bool kGather>
 LaunchStatus Launch(const BlockCopyParams& p, cudaStream_t stream) {
   if (p.block_stride % 16 != 0) return Unsupported("block strides that are not multiples of 16");
   if (p.num_blocks == 0) return {};
-  const dim3 grid(p.num_blocks, static_cast<unsigned>((p.block_stride + kSliceBytes - 1) / kSliceBytes));
+  const dim3 grid(p.num_blocks,
+                  static_cast<unsigned>((p.block_stride + kSliceBytes - 1) / kSliceBytes));
   BlockCopyKernel<kGather><<<grid, kThreads, 0, stream>>>(p);
   return LastLaunchError();
 }

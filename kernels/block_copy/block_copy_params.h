@@ -12,7 +12,7 @@ struct BlockCopyParams {
   int64_t block_stride = 0;            // bytes, a multiple of 256 (BlockLayout)
   const int32_t* block_ids = nullptr;  // [num_blocks]
   int32_t num_blocks = 0;
-  uint8_t* staging = nullptr;          // [num_blocks, block_stride] bytes
+  uint8_t* staging = nullptr;  // [num_blocks, block_stride] bytes
 };
 
 }  // namespace kvp

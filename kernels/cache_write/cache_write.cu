@@ -61,7 +61,8 @@ __device__ __forceinline__ void StoreE4m3x16(const float* x, float divisor, floa
   }
   uint32_t w[4];
 #pragma unroll
-  for (int i = 0; i < 4; ++i) w[i] = E4m3x2(v[4 * i], v[4 * i + 1]) | (E4m3x2(v[4 * i + 2], v[4 * i + 3]) << 16);
+  for (int i = 0; i < 4; ++i)
+    w[i] = E4m3x2(v[4 * i], v[4 * i + 1]) | (E4m3x2(v[4 * i + 2], v[4 * i + 3]) << 16);
   *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
 }
 
@@ -104,12 +105,13 @@ __device__ __forceinline__ void StoreTurboGroup(const float* y, float v_scale, u
   uint8_t packed[kTurboGroupBytes<kBits>];
   TurboEncodeGroup<kBits>(y, v_scale, packed, scale);
   if constexpr (kBits == 2) {
-    *reinterpret_cast<uint32_t*>(data) = packed[0] | (packed[1] << 8) | (packed[2] << 16) |
-                                         (uint32_t{packed[3]} << 24);
+    *reinterpret_cast<uint32_t*>(data) =
+        packed[0] | (packed[1] << 8) | (packed[2] << 16) | (uint32_t{packed[3]} << 24);
   } else if constexpr (kBits == 3) {
     uint16_t* d = reinterpret_cast<uint16_t*>(data);
 #pragma unroll
-    for (int i = 0; i < 3; ++i) d[i] = static_cast<uint16_t>(packed[2 * i] | (packed[2 * i + 1] << 8));
+    for (int i = 0; i < 3; ++i)
+      d[i] = static_cast<uint16_t>(packed[2 * i] | (packed[2 * i + 1] << 8));
   } else {
     uint64_t v = 0;
 #pragma unroll
@@ -194,18 +196,24 @@ LaunchStatus Launch(const CacheWriteParams& p, cudaStream_t stream) {
   const int index_blocks =
       p.cache.has_indexer ? static_cast<int>((p.num_tokens * 8 + kThreads - 1) / kThreads) : 0;
   if (kv_blocks + index_blocks == 0) return {};
-  CacheWriteKernel<kHeadDim, kVBits><<<kv_blocks + index_blocks, kThreads, 0, stream>>>(p, kv_blocks);
+  CacheWriteKernel<kHeadDim, kVBits>
+      <<<kv_blocks + index_blocks, kThreads, 0, stream>>>(p, kv_blocks);
   return LastLaunchError();
 }
 
 template <int kHeadDim>
 LaunchStatus DispatchValueFormat(const CacheWriteParams& p, cudaStream_t stream) {
   switch (p.cache.v_codec.format) {
-    case KvFormat::kTurbo2: return Launch<kHeadDim, 2>(p, stream);
-    case KvFormat::kTurbo3: return Launch<kHeadDim, 3>(p, stream);
-    case KvFormat::kTurbo4: return Launch<kHeadDim, 4>(p, stream);
-    case KvFormat::kBf16: return Launch<kHeadDim, 16>(p, stream);
-    default: return Unsupported("this V format");
+    case KvFormat::kTurbo2:
+      return Launch<kHeadDim, 2>(p, stream);
+    case KvFormat::kTurbo3:
+      return Launch<kHeadDim, 3>(p, stream);
+    case KvFormat::kTurbo4:
+      return Launch<kHeadDim, 4>(p, stream);
+    case KvFormat::kBf16:
+      return Launch<kHeadDim, 16>(p, stream);
+    default:
+      return Unsupported("this V format");
   }
 }
 
@@ -216,10 +224,14 @@ LaunchStatus CacheWriteLaunch(const CacheWriteParams& p, cudaStream_t stream) {
     return Unsupported("this K format");
   }
   switch (p.cache.head_dim) {
-    case 64: return DispatchValueFormat<64>(p, stream);
-    case 128: return DispatchValueFormat<128>(p, stream);
-    case 256: return DispatchValueFormat<256>(p, stream);
-    default: return Unsupported("this head_dim");
+    case 64:
+      return DispatchValueFormat<64>(p, stream);
+    case 128:
+      return DispatchValueFormat<128>(p, stream);
+    case 256:
+      return DispatchValueFormat<256>(p, stream);
+    default:
+      return Unsupported("this head_dim");
   }
 }
 

@@ -10,10 +10,10 @@
 namespace kvp {
 
 struct CacheWriteParams {
-  LayerCache cache;               // the layer written
-  const Bf16* k = nullptr;        // [num_tokens, num_kv_heads, head_dim]
-  const Bf16* v = nullptr;        // [num_tokens, num_kv_heads, head_dim]
-  const Bf16* index_k = nullptr;  // [num_tokens, 128]; required iff cache.has_indexer
+  LayerCache cache;                       // the layer written
+  const Bf16* k = nullptr;                // [num_tokens, num_kv_heads, head_dim]
+  const Bf16* v = nullptr;                // [num_tokens, num_kv_heads, head_dim]
+  const Bf16* index_k = nullptr;          // [num_tokens, 128]; required iff cache.has_indexer
   const int64_t* slot_mapping = nullptr;  // [num_tokens]; block · block_size + offset, -1 = skip
   int64_t num_tokens = 0;
 };

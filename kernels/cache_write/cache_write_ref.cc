@@ -25,8 +25,8 @@ absl::Status CacheWriteRef(const CacheWriteParams& p) {
   for (int64_t t = 0; t < p.num_tokens; ++t) {
     const int64_t slot = p.slot_mapping[t];
     if (slot < -1 || slot >= slots) {
-      return absl::OutOfRangeError(absl::StrCat("slot_mapping[", t, "] = ", slot,
-                                                "; the arena has ", slots, " slots"));
+      return absl::OutOfRangeError(
+          absl::StrCat("slot_mapping[", t, "] = ", slot, "; the arena has ", slots, " slots"));
     }
   }
 

@@ -86,7 +86,7 @@ struct PositionSource {
 };
 
 inline constexpr int kChunk = kWarps * kTile;  // positions staged in shared memory per step
-inline constexpr int kStages = 3;             // cp.async pipeline depth
+inline constexpr int kStages = 3;              // cp.async pipeline depth
 
 // How the work is cut. A CTA covers `tiles_per_cta` head tiles of one kv head; its warps split
 // into head tiles (warp / warps_per_head_tile) and, within one, take every
@@ -133,17 +133,18 @@ struct Stage {
 
 // The stages, then the f16 level pairs of the codebook.
 template <int kHeadDim, int kVBits>
-inline constexpr int kSharedBytes = kStages * Stage<kHeadDim, kVBits>::kBytes + (4 << (2 * kVBits));
+inline constexpr int kSharedBytes = kStages* Stage<kHeadDim, kVBits>::kBytes + (4 << (2 * kVBits));
 
 // cp.async of kSize bytes (4, 8 or 16); bytes_valid = 0 fills the destination with zeros.
 template <int kSize>
 __device__ __forceinline__ void CpAsync(void* smem, const void* gmem, int bytes_valid) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
   if constexpr (kSize == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes_valid));
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem), "n"(kSize),
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
                  "r"(bytes_valid));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem),
+                 "n"(kSize), "r"(bytes_valid));
   }
 }
 __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n"); }
@@ -221,7 +222,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     uint8_t* k_dst = st + pair * St::kKRow;
     uint8_t* v_dst = st + St::kKBytes + pair * St::kVRow;
     uint8_t* s_dst = st + St::kKBytes + St::kVBytes + pair * St::kSRow;
-    for (int o = half * 16; o < kHeadDim; o += 32) CpAsync<16>(k_dst + o, k_row + o, valid ? 16 : 0);
+    for (int o = half * 16; o < kHeadDim; o += 32)
+      CpAsync<16>(k_dst + o, k_row + o, valid ? 16 : 0);
     for (int o = half * 8; o < St::kVRow; o += 16) CpAsync<8>(v_dst + o, v_row + o, valid ? 8 : 0);
     for (int o = half * 4; o < St::kSRow; o += 8) CpAsync<4>(s_dst + o, s_row + o, valid ? 4 : 0);
   };
@@ -233,8 +235,10 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int qh0 = kv_head * group + local0, qh1 = kv_head * group + local1;
   uint32_t qa[kSteps][4];
   {
-    const uint16_t* q0 = reinterpret_cast<const uint16_t*>(p.q) + (int64_t{seq} * p.num_q_heads + qh0) * kHeadDim;
-    const uint16_t* q1 = reinterpret_cast<const uint16_t*>(p.q) + (int64_t{seq} * p.num_q_heads + qh1) * kHeadDim;
+    const uint16_t* q0 =
+        reinterpret_cast<const uint16_t*>(p.q) + (int64_t{seq} * p.num_q_heads + qh0) * kHeadDim;
+    const uint16_t* q1 =
+        reinterpret_cast<const uint16_t*>(p.q) + (int64_t{seq} * p.num_q_heads + qh1) * kHeadDim;
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int d = t * (kHeadDim / 4) + 4 * s;
@@ -262,7 +266,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   int32_t next_pos = position_of(chunk_begin + kStages - 1);  // for the next issue
   int32_t next_block = block_of(next_pos);
-  int32_t later_pos = position_of(chunk_begin + kStages);     // for the one after
+  int32_t later_pos = position_of(chunk_begin + kStages);  // for the one after
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     CpAsyncWait<kStages - 2>();
     __syncthreads();  // chunk is staged, and every warp is done with the stage refilled next
@@ -277,7 +281,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     const uint8_t* k_s = st;
     const uint8_t* v_s = st + St::kKBytes;
     const uint8_t* s_s = st + St::kKBytes + St::kVBytes;
-    const int32_t* pos_s = reinterpret_cast<const int32_t*>(st + St::kKBytes + St::kVBytes + St::kSBytes);
+    const int32_t* pos_s =
+        reinterpret_cast<const int32_t*>(st + St::kKBytes + St::kVBytes + St::kSBytes);
 
     for (int tile = sub; tile < kWarps; tile += wpt) {
       const int base = tile * kTile;
@@ -353,9 +358,11 @@ __global__ void __launch_bounds__(kWarps * 32)
         if (p.skipped_tiles != nullptr && lane == 0) atomicAdd(p.skipped_tiles, 1u);
         continue;
       }
-      const uint32_t pa[4] = {mma::PackHalf2(pr[0][0], pr[0][1]), mma::PackHalf2(pr[0][2], pr[0][3]),
-                              mma::PackHalf2(pr[1][0], pr[1][1]), mma::PackHalf2(pr[1][2], pr[1][3])};
-      // V of tokens 2t, 2t + 1 (B rows k = 0, 1) and 8 + 2t, 9 + 2t (k = 8, 9), dims [g·D/8, (g+1)·D/8).
+      const uint32_t pa[4] = {
+          mma::PackHalf2(pr[0][0], pr[0][1]), mma::PackHalf2(pr[0][2], pr[0][3]),
+          mma::PackHalf2(pr[1][0], pr[1][1]), mma::PackHalf2(pr[1][2], pr[1][3])};
+      // V of tokens 2t, 2t + 1 (B rows k = 0, 1) and 8 + 2t, 9 + 2t (k = 8, 9), dims [g·D/8,
+      // (g+1)·D/8).
       uint32_t vb[2][kNTiles];
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
@@ -377,7 +384,8 @@ __global__ void __launch_bounds__(kWarps * 32)
     l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 2);
   }
   constexpr int kRowFloats = kHeadDim + 2;  // (max, sum, acc[D]) of one q head
-  static_assert(kWarps * 16 * kRowFloats * 4 <= kStages * St::kBytes, "merge area exceeds the stages");
+  static_assert(kWarps * 16 * kRowFloats * 4 <= kStages * St::kBytes,
+                "merge area exceeds the stages");
   float* merge = reinterpret_cast<float*>(smem);  // [warp][row 0..15][kRowFloats]
   __syncthreads();
 #pragma unroll
@@ -412,7 +420,9 @@ __global__ void __launch_bounds__(kWarps * 32)
         o += scale * part[2 + e];
       }
     }
-    float* out = parts + ((int64_t{seq} * p.num_q_heads + kv_head * group + local) * parts_n + split) * kRowFloats;
+    float* out =
+        parts +
+        ((int64_t{seq} * p.num_q_heads + kv_head * group + local) * parts_n + split) * kRowFloats;
     if (e == 0) {
       out[0] = max_m;
       out[1] = sum;
@@ -423,8 +433,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 
 // Merges the parts of one (sequence, q head), rotates back and writes out. Block: D threads.
 template <int kHeadDim>
-__global__ void __launch_bounds__(kHeadDim) AttentionCombineKernel(AttentionParams p, int parts_n,
-                                                                  const float* parts) {
+__global__ void __launch_bounds__(kHeadDim)
+    AttentionCombineKernel(AttentionParams p, int parts_n, const float* parts) {
   __shared__ float x[kHeadDim];
   const int e = threadIdx.x;
   const int qh = blockIdx.x, seq = blockIdx.y;
@@ -486,29 +496,39 @@ LaunchStatus LaunchAttention(const AttentionParams& p, const PositionSource& src
     constexpr int kSmem = kSharedBytes<kD, kBits>;
     auto* kernel = AttentionPartsKernel<kD, kBits, kSparse>;
     static const cudaError_t attr = [&] {
-      const cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
+      const cudaError_t e =
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kSmem);
       if (e != cudaSuccess) return e;
       return cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                   cudaSharedmemCarveoutMaxShared);
     }();
     if (attr != cudaSuccess) return LaunchStatus{attr, nullptr};
     kernel<<<grid, kWarps * 32, kSmem, stream>>>(p, src, plan, parts);
-    AttentionCombineKernel<kD><<<dim3(p.num_q_heads, p.num_seqs), kD, 0, stream>>>(p, plan.parts(), parts);
+    AttentionCombineKernel<kD>
+        <<<dim3(p.num_q_heads, p.num_seqs), kD, 0, stream>>>(p, plan.parts(), parts);
     return LastLaunchError();
   };
   auto with_dim = [&](auto head_dim) -> LaunchStatus {
     switch (c.v_codec.format) {
-      case KvFormat::kTurbo2: return run(head_dim, IntConstant<2>{});
-      case KvFormat::kTurbo3: return run(head_dim, IntConstant<3>{});
-      case KvFormat::kTurbo4: return run(head_dim, IntConstant<4>{});
-      default: return Unsupported("V formats other than turbo2/3/4");
+      case KvFormat::kTurbo2:
+        return run(head_dim, IntConstant<2>{});
+      case KvFormat::kTurbo3:
+        return run(head_dim, IntConstant<3>{});
+      case KvFormat::kTurbo4:
+        return run(head_dim, IntConstant<4>{});
+      default:
+        return Unsupported("V formats other than turbo2/3/4");
     }
   };
   switch (c.head_dim) {
-    case 64: return with_dim(IntConstant<64>{});
-    case 128: return with_dim(IntConstant<128>{});
-    case 256: return with_dim(IntConstant<256>{});
-    default: return Unsupported("this head_dim");
+    case 64:
+      return with_dim(IntConstant<64>{});
+    case 128:
+      return with_dim(IntConstant<128>{});
+    case 256:
+      return with_dim(IntConstant<256>{});
+    default:
+      return Unsupported("this head_dim");
   }
 }
 

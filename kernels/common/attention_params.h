@@ -18,20 +18,20 @@
 namespace kvp {
 
 struct AttentionParams {
-  LayerCache cache;                     // the layer read
-  const Bf16* q = nullptr;              // [num_seqs, num_q_heads, head_dim]
+  LayerCache cache;                       // the layer read
+  const Bf16* q = nullptr;                // [num_seqs, num_q_heads, head_dim]
   const int32_t* block_tables = nullptr;  // [num_seqs, block_table_stride]; block ids
-  int32_t block_table_stride = 0;       // entries per row of block_tables
-  const int32_t* seq_lens = nullptr;    // [num_seqs]; tokens in each sequence's cache
-  float* out = nullptr;                 // [num_seqs, num_q_heads, head_dim], float32
+  int32_t block_table_stride = 0;         // entries per row of block_tables
+  const int32_t* seq_lens = nullptr;      // [num_seqs]; tokens in each sequence's cache
+  float* out = nullptr;                   // [num_seqs, num_q_heads, head_dim], float32
   int32_t num_seqs = 0;
-  int32_t num_q_heads = 0;              // a multiple of cache.num_kv_heads
-  float softmax_scale = 0.0f;           // usually 1/√head_dim (DefaultSoftmaxScale)
-  float sparse_v_threshold = 0.0f;      // τ >= 0; 0 = dense
-  int32_t max_seq_len = 0;              // host-side upper bound of seq_lens: the CUDA kernels
-                                        // plan their split of the work from it
-  uint32_t* skipped_tiles = nullptr;    // optional (CUDA): counts 16-position tiles whose V the
-                                        // sparse-V rule skipped; null = not counted
+  int32_t num_q_heads = 0;            // a multiple of cache.num_kv_heads
+  float softmax_scale = 0.0f;         // usually 1/√head_dim (DefaultSoftmaxScale)
+  float sparse_v_threshold = 0.0f;    // τ >= 0; 0 = dense
+  int32_t max_seq_len = 0;            // host-side upper bound of seq_lens: the CUDA kernels
+                                      // plan their split of the work from it
+  uint32_t* skipped_tiles = nullptr;  // optional (CUDA): counts 16-position tiles whose V the
+                                      // sparse-V rule skipped; null = not counted
 };
 
 inline float DefaultSoftmaxScale(int head_dim) {

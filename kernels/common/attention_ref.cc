@@ -17,9 +17,8 @@ absl::Status ValidateAttentionParams(const AttentionParams& p) {
     return absl::InvalidArgumentError("attention needs q, block_tables, seq_lens and out");
   }
   if (c.num_kv_heads <= 0 || p.num_q_heads <= 0 || p.num_q_heads % c.num_kv_heads != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("num_q_heads = ", p.num_q_heads,
-                                                   " is not a multiple of num_kv_heads = ",
-                                                   c.num_kv_heads));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "num_q_heads = ", p.num_q_heads, " is not a multiple of num_kv_heads = ", c.num_kv_heads));
   }
   if (!(p.sparse_v_threshold >= 0.0f)) {
     return absl::InvalidArgumentError(
@@ -28,9 +27,8 @@ absl::Status ValidateAttentionParams(const AttentionParams& p) {
   for (int s = 0; s < p.num_seqs; ++s) {
     const int64_t capacity = int64_t{p.block_table_stride} * c.block_size;
     if (p.seq_lens[s] < 0 || p.seq_lens[s] > capacity) {
-      return absl::InvalidArgumentError(absl::StrCat("seq_lens[", s, "] = ", p.seq_lens[s],
-                                                     "; the block table holds ", capacity,
-                                                     " tokens"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "seq_lens[", s, "] = ", p.seq_lens[s], "; the block table holds ", capacity, " tokens"));
     }
   }
   return absl::OkStatus();

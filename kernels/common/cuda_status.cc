@@ -6,8 +6,8 @@ namespace kvp {
 
 absl::Status CudaStatus(cudaError_t error, absl::string_view what) {
   if (error == cudaSuccess) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorName(error), " (",
-                                          cudaGetErrorString(error), ")"));
+  return absl::InternalError(
+      absl::StrCat(what, ": ", cudaGetErrorName(error), " (", cudaGetErrorString(error), ")"));
 }
 
 absl::Status LaunchToStatus(const LaunchStatus& launch, absl::string_view op) {

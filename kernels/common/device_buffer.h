@@ -43,13 +43,13 @@ class DeviceBuffer {
   size_t bytes() const { return bytes_; }
 
   absl::Status CopyFrom(const void* host, size_t bytes, size_t offset = 0) {
-    KVP_CUDA_RETURN_IF_ERROR(cudaMemcpy(static_cast<char*>(ptr_) + offset, host, bytes,
-                                        cudaMemcpyHostToDevice));
+    KVP_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(static_cast<char*>(ptr_) + offset, host, bytes, cudaMemcpyHostToDevice));
     return absl::OkStatus();
   }
   absl::Status CopyTo(void* host, size_t bytes, size_t offset = 0) const {
-    KVP_CUDA_RETURN_IF_ERROR(cudaMemcpy(host, static_cast<const char*>(ptr_) + offset, bytes,
-                                        cudaMemcpyDeviceToHost));
+    KVP_CUDA_RETURN_IF_ERROR(
+        cudaMemcpy(host, static_cast<const char*>(ptr_) + offset, bytes, cudaMemcpyDeviceToHost));
     return absl::OkStatus();
   }
   template <typename T>

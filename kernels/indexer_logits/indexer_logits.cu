@@ -1,5 +1,5 @@
-// Indexer logits with tensor cores. A CTA stages the FP8 keys of 128 positions in shared memory with
-// cp.async (one round trip to memory for all of them). Warp w then computes Sᵀ = K·Q_wᵀ for 16
+// Indexer logits with tensor cores. A CTA stages the FP8 keys of 128 positions in shared memory
+// with cp.async (one round trip to memory for all of them). Warp w then computes Sᵀ = K·Q_wᵀ for 16
 // positions (rows) by its 16 heads (two n-tiles of 8) per step: keys are the A fragments (thread t
 // takes 32 contiguous key bytes of a row, as in attention), its queries the B fragments held in
 // registers. ReLU and the head weights apply in registers; the heads of a row sit in one quad, so
@@ -20,7 +20,8 @@ constexpr int kRow = kIndexHeadDim + 16;  // staged key row, padded against bank
 
 __device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, int bytes_valid) {
   const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes_valid));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+               "r"(bytes_valid));
 }
 
 __global__ void __launch_bounds__(kWarps * 32) IndexerLogitsKernel(IndexerLogitsParams p) {
@@ -48,12 +49,15 @@ __global__ void __launch_bounds__(kWarps * 32) IndexerLogitsKernel(IndexerLogits
     const int32_t block = blocks[token];
     const int slot = (chunk0 + token) % c.block_size;
     CpAsync16(keys + token * kRow + part * 16,
-              c.IndexValues(block < 0 ? 0 : block, block < 0 ? 0 : slot) + part * 16, block < 0 ? 0 : 16);
+              c.IndexValues(block < 0 ? 0 : block, block < 0 ? 0 : slot) + part * 16,
+              block < 0 ? 0 : 16);
   }
   for (int i = threadIdx.x; i < kChunk; i += blockDim.x) {
     const int32_t block = blocks[i];
-    scales[i] = block < 0 ? 0.0f
-                          : *reinterpret_cast<const float*>(c.IndexScale(block, (chunk0 + i) % c.block_size));
+    scales[i] =
+        block < 0
+            ? 0.0f
+            : *reinterpret_cast<const float*>(c.IndexScale(block, (chunk0 + i) % c.block_size));
   }
   asm volatile("cp.async.commit_group;\n");
 
@@ -87,14 +91,21 @@ __global__ void __launch_bounds__(kWarps * 32) IndexerLogitsKernel(IndexerLogits
       const uint8_t* row = keys + (base + r * 8 + g) * kRow + t * 32;
       const uint4 a = *reinterpret_cast<const uint4*>(row);
       const uint4 b = *reinterpret_cast<const uint4*>(row + 16);
-      kw[r][0] = a.x; kw[r][1] = a.y; kw[r][2] = a.z; kw[r][3] = a.w;
-      kw[r][4] = b.x; kw[r][5] = b.y; kw[r][6] = b.z; kw[r][7] = b.w;
+      kw[r][0] = a.x;
+      kw[r][1] = a.y;
+      kw[r][2] = a.z;
+      kw[r][3] = a.w;
+      kw[r][4] = b.x;
+      kw[r][5] = b.y;
+      kw[r][6] = b.z;
+      kw[r][7] = b.w;
     }
     float acc[2][4] = {};
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
-      const uint32_t a[4] = {mma::E4m3x2ToHalf2(kw[0][s] & 0xFFFFu), mma::E4m3x2ToHalf2(kw[1][s] & 0xFFFFu),
-                             mma::E4m3x2ToHalf2(kw[0][s] >> 16), mma::E4m3x2ToHalf2(kw[1][s] >> 16)};
+      const uint32_t a[4] = {
+          mma::E4m3x2ToHalf2(kw[0][s] & 0xFFFFu), mma::E4m3x2ToHalf2(kw[1][s] & 0xFFFFu),
+          mma::E4m3x2ToHalf2(kw[0][s] >> 16), mma::E4m3x2ToHalf2(kw[1][s] >> 16)};
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) mma::MmaF16(acc[nt], a, qb[nt][s][0], qb[nt][s][1]);
     }
@@ -118,9 +129,9 @@ __global__ void __launch_bounds__(kWarps * 32) IndexerLogitsKernel(IndexerLogits
   for (int i = threadIdx.x; i < kChunk; i += blockDim.x) {
     const int32_t pos = chunk0 + i;
     if (pos >= p.logits_stride) break;
-    const float score = pos < len
-                            ? (partial[0][i] + partial[1][i] + partial[2][i] + partial[3][i]) * scales[i]
-                            : -INFINITY;
+    const float score =
+        pos < len ? (partial[0][i] + partial[1][i] + partial[2][i] + partial[3][i]) * scales[i]
+                  : -INFINITY;
     p.logits[int64_t{seq} * p.logits_stride + pos] = score;
   }
 }

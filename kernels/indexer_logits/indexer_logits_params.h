@@ -16,9 +16,9 @@ struct IndexerLogitsParams {
   const float* head_weights = nullptr;    // [num_seqs, num_heads]
   const int32_t* block_tables = nullptr;  // [num_seqs, block_table_stride]
   int32_t block_table_stride = 0;
-  const int32_t* seq_lens = nullptr;      // [num_seqs]
-  float* logits = nullptr;                // [num_seqs, logits_stride]; n >= seq_len gets -inf
-  int32_t logits_stride = 0;              // >= every seq_len
+  const int32_t* seq_lens = nullptr;  // [num_seqs]
+  float* logits = nullptr;            // [num_seqs, logits_stride]; n >= seq_len gets -inf
+  int32_t logits_stride = 0;          // >= every seq_len
   int32_t num_seqs = 0;
   int32_t num_heads = kIndexHeads;
 };

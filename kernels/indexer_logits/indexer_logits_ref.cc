@@ -21,10 +21,9 @@ absl::Status IndexerLogitsRef(const IndexerLogitsParams& p) {
   std::array<float, kIndexHeadDim> key;
   for (int s = 0; s < p.num_seqs; ++s) {
     const int32_t len = p.seq_lens[s];
-    if (len < 0 || len > p.logits_stride ||
-        len > int64_t{p.block_table_stride} * c.block_size) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "seq_lens[", s, "] = ", len, " exceeds logits_stride or the block table"));
+    if (len < 0 || len > p.logits_stride || len > int64_t{p.block_table_stride} * c.block_size) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("seq_lens[", s, "] = ", len, " exceeds logits_stride or the block table"));
     }
     const int32_t* table = p.block_tables + int64_t{s} * p.block_table_stride;
     float* row = p.logits + int64_t{s} * p.logits_stride;
@@ -46,7 +45,8 @@ absl::Status IndexerLogitsRef(const IndexerLogitsParams& p) {
       }
       row[n] = static_cast<float>(score);
     }
-    for (int32_t n = len; n < p.logits_stride; ++n) row[n] = -std::numeric_limits<float>::infinity();
+    for (int32_t n = len; n < p.logits_stride; ++n)
+      row[n] = -std::numeric_limits<float>::infinity();
   }
   return absl::OkStatus();
 }

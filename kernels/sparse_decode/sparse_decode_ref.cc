@@ -23,8 +23,8 @@ absl::Status SparseDecodeRef(const SparseDecodeParams& p) {
       const int32_t pos = p.indices[int64_t{s} * p.topk + i];
       if (pos == -1) continue;
       if (pos < -1 || pos >= len) {
-        return absl::OutOfRangeError(absl::StrCat("indices[", s, ", ", i, "] = ", pos,
-                                                  "; sequence length is ", len));
+        return absl::OutOfRangeError(
+            absl::StrCat("indices[", s, ", ", i, "] = ", pos, "; sequence length is ", len));
       }
       if (seen[pos]) {
         return absl::InvalidArgumentError(

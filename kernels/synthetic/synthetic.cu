@@ -21,8 +21,9 @@ __global__ void __launch_bounds__(kThreads) SyntheticTokensKernel(SyntheticToken
       if (is_value) r -= row;
       const uint32_t head = static_cast<uint32_t>(r / p.head_dim);
       const uint32_t e = static_cast<uint32_t>(r % p.head_dim);
-      const Bf16 x = SyntheticTokenValue(p.config, is_value ? SyntheticStream::kValue : SyntheticStream::kKey,
-                                         p.layer, token, pos, head, p.head_dim, e);
+      const Bf16 x =
+          SyntheticTokenValue(p.config, is_value ? SyntheticStream::kValue : SyntheticStream::kKey,
+                              p.layer, token, pos, head, p.head_dim, e);
       (is_value ? p.v : p.k)[t * row + r] = x;
     } else {
       const uint32_t e = static_cast<uint32_t>(r - 2 * row);

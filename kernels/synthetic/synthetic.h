@@ -38,8 +38,9 @@ KVP_HD uint64_t SyntheticHash(uint64_t seed, uint32_t layer, SyntheticStream str
 
 // ≈ N(0, 1): (Σ of four 16-bit uniforms - 2 · 65535) · √3 / 65536; the sum is an exact integer.
 KVP_HD float SyntheticNormal(uint64_t hash) {
-  const int32_t sum = static_cast<int32_t>(hash & 0xFFFF) + static_cast<int32_t>((hash >> 16) & 0xFFFF) +
-                      static_cast<int32_t>((hash >> 32) & 0xFFFF) + static_cast<int32_t>(hash >> 48);
+  const int32_t sum =
+      static_cast<int32_t>(hash & 0xFFFF) + static_cast<int32_t>((hash >> 16) & 0xFFFF) +
+      static_cast<int32_t>((hash >> 32) & 0xFFFF) + static_cast<int32_t>(hash >> 48);
   return MulRn(static_cast<float>(sum - 2 * 65535), 2.6428898e-05f);
 }
 
@@ -78,16 +79,21 @@ KVP_HD float KeyChannelGain(const SyntheticConfig& cfg, uint32_t layer, uint32_t
 KVP_HD Bf16 SyntheticTokenValue(const SyntheticConfig& cfg, SyntheticStream stream, uint32_t layer,
                                 int32_t token, uint32_t position, uint32_t row, uint32_t head_dim,
                                 uint32_t element) {
-  const uint64_t h = SyntheticHash(TokenSeed(cfg, token), layer, stream, position,
-                                   row * head_dim + element);
+  const uint64_t h =
+      SyntheticHash(TokenSeed(cfg, token), layer, stream, position, row * head_dim + element);
   float x = SyntheticNormal(h);
   switch (stream) {
     case SyntheticStream::kKey:
       x = MulRn(MulRn(x, cfg.key_std), KeyChannelGain(cfg, layer, element));
       break;
-    case SyntheticStream::kValue: x = MulRn(x, cfg.value_std); break;
-    case SyntheticStream::kIndexKey: x = MulRn(x, cfg.index_key_std); break;
-    default: break;
+    case SyntheticStream::kValue:
+      x = MulRn(x, cfg.value_std);
+      break;
+    case SyntheticStream::kIndexKey:
+      x = MulRn(x, cfg.index_key_std);
+      break;
+    default:
+      break;
   }
   return Bf16FromFloat(x);
 }

@@ -23,10 +23,12 @@ constexpr int kElementsPerCta = 4096;  // enough work per CTA to amortize the ba
 
 // Workspace: per-row barrier counters, per-row histograms of each pass, per-CTA counts.
 struct Layout {
-  int rows = 0;         // rows per launch
+  int rows = 0;  // rows per launch
   int ctas_per_row = 1;
   __host__ __device__ size_t barrier_bytes() const { return (size_t(rows) * 4 + 255) / 256 * 256; }
-  __host__ __device__ size_t hist_bytes() const { return size_t(kPasses) * rows * kBins * sizeof(uint32_t); }
+  __host__ __device__ size_t hist_bytes() const {
+    return size_t(kPasses) * rows * kBins * sizeof(uint32_t);
+  }
   size_t counts_bytes() const { return size_t(rows) * ctas_per_row * 2 * sizeof(uint32_t); }
   size_t zeroed_bytes() const { return barrier_bytes() + hist_bytes(); }
   size_t total() const { return barrier_bytes() + hist_bytes() + counts_bytes(); }
@@ -74,8 +76,8 @@ __device__ __forceinline__ uint32_t BlockExclusiveScan(uint32_t v, uint32_t* tot
   return before + inclusive - v;
 }
 
-__global__ void __launch_bounds__(kThreads) TopkKernel(TopkParams p, int row0, Layout layout,
-                                                      uint8_t* workspace) {
+__global__ void __launch_bounds__(kThreads)
+    TopkKernel(TopkParams p, int row0, Layout layout, uint8_t* workspace) {
   __shared__ uint32_t hist[kBins];
   __shared__ uint32_t s_prefix, s_mask, s_k_rem;
   __shared__ int s_take_all;
@@ -110,7 +112,8 @@ __global__ void __launch_bounds__(kThreads) TopkKernel(TopkParams p, int row0, L
       const uint32_t digit_mask = (1u << Width(pass)) - 1u;
       for (int32_t i = begin + threadIdx.x; i < end; i += kThreads) {
         const uint32_t key = Key(scores[i]);
-        if (key != 0u && (key & mask) == prefix) atomicAdd(&hist[(key >> Shift(pass)) & digit_mask], 1u);
+        if (key != 0u && (key & mask) == prefix)
+          atomicAdd(&hist[(key >> Shift(pass)) & digit_mask], 1u);
       }
     }
     __syncthreads();
@@ -201,7 +204,8 @@ __global__ void __launch_bounds__(kThreads) TopkKernel(TopkParams p, int row0, L
   }
   if (cta == layout.ctas_per_row - 1) {
     const uint32_t selected = gt_total + min(eq_total, need);
-    for (uint32_t i = selected + threadIdx.x; i < static_cast<uint32_t>(p.k); i += kThreads) out[i] = -1;
+    for (uint32_t i = selected + threadIdx.x; i < static_cast<uint32_t>(p.k); i += kThreads)
+      out[i] = -1;
   }
 }
 

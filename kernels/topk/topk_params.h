@@ -19,7 +19,7 @@ struct TopkParams {
   int32_t* indices = nullptr;        // [num_rows, k], int32, -1 = none
   int32_t scores_stride = 0;
   int32_t num_rows = 0;
-  int32_t k = 0;                     // 1..kMaxTopk
+  int32_t k = 0;  // 1..kMaxTopk
 };
 
 }  // namespace kvp

@@ -10,7 +10,8 @@ namespace kvp {
 
 absl::Status TopkRef(const TopkParams& p) {
   if (p.k < 1 || p.k > kMaxTopk) {
-    return absl::InvalidArgumentError(absl::StrCat("k = ", p.k, "; must be in [1, ", kMaxTopk, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("k = ", p.k, "; must be in [1, ", kMaxTopk, "]"));
   }
   if (p.num_rows > 0 && (p.scores == nullptr || p.lengths == nullptr || p.indices == nullptr)) {
     return absl::InvalidArgumentError("top-k needs scores, lengths and indices");
@@ -19,8 +20,8 @@ absl::Status TopkRef(const TopkParams& p) {
   for (int r = 0; r < p.num_rows; ++r) {
     const int32_t len = p.lengths[r];
     if (len < 0 || len > p.scores_stride) {
-      return absl::InvalidArgumentError(absl::StrCat("lengths[", r, "] = ", len,
-                                                     "; scores_stride is ", p.scores_stride));
+      return absl::InvalidArgumentError(
+          absl::StrCat("lengths[", r, "] = ", len, "; scores_stride is ", p.scores_stride));
     }
     const float* row = p.scores + int64_t{r} * p.scores_stride;
     candidates.clear();
@@ -28,10 +29,9 @@ absl::Status TopkRef(const TopkParams& p) {
       if (!std::isnan(row[n])) candidates.push_back(n);
     }
     if (static_cast<int>(candidates.size()) > p.k) {
-      std::nth_element(candidates.begin(), candidates.begin() + (p.k - 1), candidates.end(),
-                       [row](int32_t a, int32_t b) {
-                         return row[a] > row[b] || (row[a] == row[b] && a < b);
-                       });
+      std::nth_element(
+          candidates.begin(), candidates.begin() + (p.k - 1), candidates.end(),
+          [row](int32_t a, int32_t b) { return row[a] > row[b] || (row[a] == row[b] && a < b); });
       candidates.resize(p.k);
       std::sort(candidates.begin(), candidates.end());
     }

@@ -83,12 +83,13 @@ absl::StatusOr<ArenaDescription> DecodeArenaDescription(absl::Span<const uint8_t
   ArenaDescription d;
   if (!r.Get(&magic) || !r.Get(&version)) return truncated();
   if (magic != kMagic || version != kVersion) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("arena description has magic ", magic, " version ", version,
-                     "; this build reads version ", kVersion));
+    return absl::InvalidArgumentError(absl::StrCat("arena description has magic ", magic,
+                                                   " version ", version,
+                                                   "; this build reads version ", kVersion));
   }
   if (!r.Get(&kind) || !r.Get(&d.epoch) || !r.Get(&d.device) || !r.Get(&chunks)) return truncated();
-  if (kind != static_cast<uint8_t>(ArenaKind::kHost) && kind != static_cast<uint8_t>(ArenaKind::kCuda)) {
+  if (kind != static_cast<uint8_t>(ArenaKind::kHost) &&
+      kind != static_cast<uint8_t>(ArenaKind::kCuda)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown arena kind ", kind));
   }
   d.kind = static_cast<ArenaKind>(kind);

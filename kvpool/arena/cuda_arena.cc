@@ -23,10 +23,12 @@ CUmemAllocationProp Prop(int device) {
 // Makes `device`'s primary context current, which the driver calls below need.
 absl::Status UseDevice(int device) {
   if (const cudaError_t e = cudaSetDevice(device); e != cudaSuccess) {
-    return absl::UnavailableError(absl::StrCat("CUDA device ", device, ": ", cudaGetErrorString(e)));
+    return absl::UnavailableError(
+        absl::StrCat("CUDA device ", device, ": ", cudaGetErrorString(e)));
   }
   if (const cudaError_t e = cudaFree(nullptr); e != cudaSuccess) {
-    return absl::UnavailableError(absl::StrCat("CUDA device ", device, ": ", cudaGetErrorString(e)));
+    return absl::UnavailableError(
+        absl::StrCat("CUDA device ", device, ": ", cudaGetErrorString(e)));
   }
   return absl::OkStatus();
 }
@@ -78,8 +80,8 @@ absl::Status CudaMappedRange::Append(CUmemGenericAllocationHandle handle, uint64
   ASSIGN_OR_RETURN(const CudaDriver* d, CudaDriver::Get());
   if (mapped_ + bytes > reserved_) {
     d->MemRelease(handle);
-    return absl::ResourceExhaustedError(absl::StrCat("chunk of ", bytes, " bytes exceeds the ",
-                                                     reserved_, "-byte range"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("chunk of ", bytes, " bytes exceeds the ", reserved_, "-byte range"));
   }
   const CUdeviceptr at = base_ + mapped_;
   if (const CUresult r = d->MemMap(at, bytes, 0, handle, 0); r != CUDA_SUCCESS) {
@@ -93,9 +95,9 @@ absl::Status CudaMappedRange::Append(CUmemGenericAllocationHandle handle, uint64
   access.location.type = CU_MEM_LOCATION_TYPE_DEVICE;
   access.location.id = access_device;
   access.flags = CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
-  KVP_CU_RETURN_IF_ERROR(d->MemSetAccess(at, bytes, &access, 1),
-                         absl::StrCat("granting device ", access_device, " access to chunk ",
-                                      handles_.size() - 1));
+  KVP_CU_RETURN_IF_ERROR(
+      d->MemSetAccess(at, bytes, &access, 1),
+      absl::StrCat("granting device ", access_device, " access to chunk ", handles_.size() - 1));
   return absl::OkStatus();
 }
 
@@ -114,10 +116,10 @@ absl::StatusOr<CudaArena> CudaArena::Create(int device, uint64_t chunk_bytes,
                                             uint64_t initial_bytes, uint64_t capacity_bytes) {
   ASSIGN_OR_RETURN(const uint64_t granularity, Granularity(device));
   if (chunk_bytes == 0 || chunk_bytes % granularity != 0 || capacity_bytes < initial_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "cuda arena: chunks of ", chunk_bytes, " bytes must be a non-zero multiple of the ",
-        granularity, "-byte granularity, and capacity ", capacity_bytes, " must cover ",
-        initial_bytes));
+    return absl::InvalidArgumentError(absl::StrCat("cuda arena: chunks of ", chunk_bytes,
+                                                   " bytes must be a non-zero multiple of the ",
+                                                   granularity, "-byte granularity, and capacity ",
+                                                   capacity_bytes, " must cover ", initial_bytes));
   }
   CudaArena arena;
   arena.device_ = device;
@@ -154,9 +156,10 @@ absl::StatusOr<std::vector<UniqueFd>> CudaArena::ExportFds() const {
   std::vector<UniqueFd> fds;
   for (size_t i = 0; i < range_.handles().size(); ++i) {
     int fd = -1;
-    KVP_CU_RETURN_IF_ERROR(d->MemExportToShareableHandle(&fd, range_.handles()[i],
-                                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
-                           absl::StrCat("exporting chunk ", i));
+    KVP_CU_RETURN_IF_ERROR(
+        d->MemExportToShareableHandle(&fd, range_.handles()[i],
+                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0),
+        absl::StrCat("exporting chunk ", i));
     fds.emplace_back(fd);
   }
   return fds;
@@ -166,8 +169,8 @@ absl::StatusOr<CudaArenaMapping> CudaArenaMapping::Map(int access_device,
                                                        const std::vector<uint64_t>& chunk_bytes,
                                                        std::vector<UniqueFd> fds) {
   if (chunk_bytes.size() != fds.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("cuda arena: ", chunk_bytes.size(),
-                                                   " chunk sizes for ", fds.size(), " fds"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cuda arena: ", chunk_bytes.size(), " chunk sizes for ", fds.size(), " fds"));
   }
   RETURN_IF_ERROR(UseDevice(access_device));
   ASSIGN_OR_RETURN(const CudaDriver* d, CudaDriver::Get());
@@ -178,8 +181,9 @@ absl::StatusOr<CudaArenaMapping> CudaArenaMapping::Map(int access_device,
   for (size_t i = 0; i < fds.size(); ++i) {
     CUmemGenericAllocationHandle handle;
     KVP_CU_RETURN_IF_ERROR(
-        d->MemImportFromShareableHandle(&handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fds[i].get())),
-                                        CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+        d->MemImportFromShareableHandle(
+            &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fds[i].get())),
+            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
         absl::StrCat("importing chunk ", i));
     fds[i].Reset();
     RETURN_IF_ERROR(m.range_.Append(handle, chunk_bytes[i], access_device));

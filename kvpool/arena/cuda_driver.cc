@@ -11,7 +11,8 @@ template <typename Fn>
 bool Resolve(const char* symbol, Fn** fn) {
   cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
   void* p = nullptr;
-  const cudaError_t e = cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &found);
+  const cudaError_t e =
+      cudaGetDriverEntryPointByVersion(symbol, &p, 12000, cudaEnableDefault, &found);
   if (e != cudaSuccess || found != cudaDriverEntryPointSuccess || p == nullptr) return false;
   *fn = reinterpret_cast<Fn*>(p);
   return true;
@@ -23,8 +24,9 @@ absl::StatusOr<CudaDriver> Load() {
                   Resolve("cuMemGetAllocationGranularity", &d.MemGetAllocationGranularity) &&
                   Resolve("cuMemCreate", &d.MemCreate) && Resolve("cuMemRelease", &d.MemRelease) &&
                   Resolve("cuMemAddressReserve", &d.MemAddressReserve) &&
-                  Resolve("cuMemAddressFree", &d.MemAddressFree) && Resolve("cuMemMap", &d.MemMap) &&
-                  Resolve("cuMemUnmap", &d.MemUnmap) && Resolve("cuMemSetAccess", &d.MemSetAccess) &&
+                  Resolve("cuMemAddressFree", &d.MemAddressFree) &&
+                  Resolve("cuMemMap", &d.MemMap) && Resolve("cuMemUnmap", &d.MemUnmap) &&
+                  Resolve("cuMemSetAccess", &d.MemSetAccess) &&
                   Resolve("cuMemExportToShareableHandle", &d.MemExportToShareableHandle) &&
                   Resolve("cuMemImportFromShareableHandle", &d.MemImportFromShareableHandle);
   if (!ok) {
@@ -46,8 +48,8 @@ absl::Status CuStatus(CUresult result, absl::string_view what) {
   if (result == CUDA_SUCCESS) return absl::OkStatus();
   const char* text = "unknown error";
   if (auto d = CudaDriver::Get(); d.ok()) (*d)->GetErrorString(result, &text);
-  return absl::InternalError(absl::StrCat(what, ": CUDA driver error ", static_cast<int>(result),
-                                          " (", text, ")"));
+  return absl::InternalError(
+      absl::StrCat(what, ": CUDA driver error ", static_cast<int>(result), " (", text, ")"));
 }
 
 }  // namespace kvp

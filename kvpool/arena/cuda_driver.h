@@ -36,9 +36,9 @@ absl::Status CuStatus(CUresult result, absl::string_view what);
 
 }  // namespace kvp
 
-#define KVP_CU_RETURN_IF_ERROR(driver_call, what)                 \
-  do {                                                            \
+#define KVP_CU_RETURN_IF_ERROR(driver_call, what)                          \
+  do {                                                                     \
     if (const CUresult kvp_cu_ = (driver_call); kvp_cu_ != CUDA_SUCCESS) { \
-      return ::kvp::CuStatus(kvp_cu_, what);                      \
-    }                                                             \
+      return ::kvp::CuStatus(kvp_cu_, what);                               \
+    }                                                                      \
   } while (0)

@@ -47,7 +47,8 @@ absl::Status WaitReadable(int fd, int timeout_ms, absl::string_view what) {
 }
 
 // Sends one datagram: type byte + payload, with `fds` attached.
-absl::Status SendDatagram(int sock, char type, absl::string_view payload, absl::Span<const int> fds) {
+absl::Status SendDatagram(int sock, char type, absl::string_view payload,
+                          absl::Span<const int> fds) {
   std::string data(1, type);
   data.append(payload.data(), payload.size());
   iovec iov{data.data(), data.size()};
@@ -142,7 +143,8 @@ absl::Status FdPeer::SendError(const absl::Status& status) {
 }
 
 absl::Status FdPeer::Send(absl::string_view message) {
-  if (message.size() > kMaxMessage) return absl::InvalidArgumentError("fd channel message too long");
+  if (message.size() > kMaxMessage)
+    return absl::InvalidArgumentError("fd channel message too long");
   return SendDatagram(fd_.get(), kMessage, message, {});
 }
 
@@ -150,7 +152,8 @@ absl::StatusOr<std::string> FdPeer::Receive(int timeout_ms) {
   ASSIGN_OR_RETURN(Datagram d, ReceiveDatagram(fd_.get(), timeout_ms));
   if (d.type == kError) return ErrorFromPayload(d.payload);
   if (d.type != kMessage) {
-    return absl::InvalidArgumentError(absl::StrCat("unexpected fd channel message type ", static_cast<int>(d.type)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("unexpected fd channel message type ", static_cast<int>(d.type)));
   }
   return std::move(d.payload);
 }
@@ -160,14 +163,16 @@ absl::StatusOr<std::pair<ArenaDescription, std::vector<UniqueFd>>> FdPeer::Recei
   ASSIGN_OR_RETURN(Datagram d, ReceiveDatagram(fd_.get(), timeout_ms));
   if (d.type == kError) return ErrorFromPayload(d.payload);
   if (d.type != kArena) {
-    return absl::InvalidArgumentError(absl::StrCat("expected the arena, got message type ", static_cast<int>(d.type)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("expected the arena, got message type ", static_cast<int>(d.type)));
   }
   ASSIGN_OR_RETURN(ArenaDescription desc,
                    DecodeArenaDescription(absl::MakeConstSpan(
                        reinterpret_cast<const uint8_t*>(d.payload.data()), d.payload.size())));
   if (desc.chunk_bytes.size() != d.fds.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("arena description names ", desc.chunk_bytes.size(),
-                                                   " chunks but ", d.fds.size(), " fds came"));
+    return absl::InvalidArgumentError(absl::StrCat("arena description names ",
+                                                   desc.chunk_bytes.size(), " chunks but ",
+                                                   d.fds.size(), " fds came"));
   }
   return std::make_pair(std::move(desc), std::move(d.fds));
 }
@@ -180,7 +185,8 @@ absl::StatusOr<FdChannelServer> FdChannelServer::Listen(const std::string& path,
   ::unlink(path.c_str());
   // Created with mode 0600: no window in which another user could connect.
   const mode_t old_mask = ::umask(0177);
-  const int bound = ::bind(server.listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  const int bound =
+      ::bind(server.listener_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
   ::umask(old_mask);
   if (bound != 0) return Errno(absl::StrCat("binding ", path));
   if (::listen(server.listener_.get(), 64) != 0) return Errno(absl::StrCat("listening on ", path));
@@ -204,9 +210,8 @@ absl::StatusOr<FdPeer> FdChannelServer::Accept(int timeout_ms) {
   }
   FdPeer peer(std::move(conn), PeerCredentials{cred.pid, cred.uid, cred.gid});
   if (!allow_.Allows(peer.credentials())) {
-    const absl::Status refused = absl::PermissionDeniedError(
-        absl::StrCat("uid ", cred.uid, " gid ", cred.gid, " (pid ", cred.pid,
-                     ") is not allowed to attach"));
+    const absl::Status refused = absl::PermissionDeniedError(absl::StrCat(
+        "uid ", cred.uid, " gid ", cred.gid, " (pid ", cred.pid, ") is not allowed to attach"));
     peer.SendError(refused).IgnoreError();
     return refused;
   }

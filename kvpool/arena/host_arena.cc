@@ -74,8 +74,8 @@ absl::StatusOr<HostArena> HostArena::Create(uint64_t chunk_bytes, uint64_t initi
 
 absl::Status HostArena::GrowTo(uint64_t bytes) {
   if (bytes > range_.bytes()) {
-    return absl::ResourceExhaustedError(absl::StrCat("host arena: ", bytes,
-                                                     " bytes asked, capacity ", range_.bytes()));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("host arena: ", bytes, " bytes asked, capacity ", range_.bytes()));
   }
   while (mapped_bytes() < bytes) {
     const std::string name = absl::StrCat("kvpool-arena-", fds_.size());
@@ -103,8 +103,8 @@ std::vector<int> HostArena::fds() const {
 absl::StatusOr<HostArenaMapping> HostArenaMapping::Map(const std::vector<uint64_t>& chunk_bytes,
                                                        std::vector<UniqueFd> fds) {
   if (chunk_bytes.size() != fds.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("host arena: ", chunk_bytes.size(),
-                                                   " chunk sizes for ", fds.size(), " fds"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("host arena: ", chunk_bytes.size(), " chunk sizes for ", fds.size(), " fds"));
   }
   uint64_t total = 0;
   for (uint64_t b : chunk_bytes) total += b;

@@ -24,9 +24,9 @@ namespace kvp {
 
 struct HeadCodec {
   KvFormat format = KvFormat::kBf16;
-  float scale = 1.0f;    // k_scale (fp8_e4m3) or v_scale (turboN); unused otherwise
-  bool rotate = true;    // turboN: apply the signed Walsh-Hadamard rotation
-  bool ue8m0 = true;     // indexer: power-of-two scales
+  float scale = 1.0f;     // k_scale (fp8_e4m3) or v_scale (turboN); unused otherwise
+  bool rotate = true;     // turboN: apply the signed Walsh-Hadamard rotation
+  bool ue8m0 = true;      // indexer: power-of-two scales
   RotationSigns signs{};  // turboN with rotate: MakeRotationSigns(d)
 };
 
@@ -34,10 +34,17 @@ struct HeadCodec {
 template <typename Fn>
 KVP_HD void DispatchTurboBits(KvFormat format, Fn&& fn) {
   switch (format) {
-    case KvFormat::kTurbo2: fn(IntConstant<2>{}); break;
-    case KvFormat::kTurbo3: fn(IntConstant<3>{}); break;
-    case KvFormat::kTurbo4: fn(IntConstant<4>{}); break;
-    default: break;
+    case KvFormat::kTurbo2:
+      fn(IntConstant<2>{});
+      break;
+    case KvFormat::kTurbo3:
+      fn(IntConstant<3>{});
+      break;
+    case KvFormat::kTurbo4:
+      fn(IntConstant<4>{});
+      break;
+    default:
+      break;
   }
 }
 
@@ -52,7 +59,8 @@ KVP_HD void EncodeHead(const HeadCodec& c, const float* x, int d, uint8_t* data,
       return;
     case KvFormat::kFp8E4m3:
       // NaN is encoded before any arithmetic: division would drop its sign on some hardware.
-      for (int i = 0; i < d; ++i) data[i] = E4m3FromFloat(IsNan(x[i]) ? x[i] : DivRn(x[i], c.scale));
+      for (int i = 0; i < d; ++i)
+        data[i] = E4m3FromFloat(IsNan(x[i]) ? x[i] : DivRn(x[i], c.scale));
       return;
     case KvFormat::kIndexer: {
       float s;

@@ -21,12 +21,12 @@ enum class KvFormat : uint8_t {
 inline constexpr int kNumKvFormats = 6;
 
 struct FormatTraits {
-  int value_bits;    // bits per stored element (code)
-  int group_size;    // elements per scale; 0 = no scale
-  int scale_bytes;   // bytes per scale
-  bool k_capable;    // may hold the K cache
-  bool v_capable;    // may hold the V cache
-  bool turbo;        // TurboNV: rotation + Lloyd-Max codes
+  int value_bits;   // bits per stored element (code)
+  int group_size;   // elements per scale; 0 = no scale
+  int scale_bytes;  // bytes per scale
+  bool k_capable;   // may hold the K cache
+  bool v_capable;   // may hold the V cache
+  bool turbo;       // TurboNV: rotation + Lloyd-Max codes
 
   // Bytes of one token-head vector of `d` elements: codes, then scales (separate sections).
   KVP_HD constexpr int64_t DataBytes(int d) const { return int64_t{d} * value_bits / 8; }
@@ -38,12 +38,18 @@ struct FormatTraits {
 
 KVP_HD constexpr FormatTraits TraitsOf(KvFormat f) {
   switch (f) {
-    case KvFormat::kBf16: return {16, 0, 0, true, true, false};
-    case KvFormat::kFp8E4m3: return {8, 0, 0, true, false, false};
-    case KvFormat::kTurbo2: return {2, 16, 1, false, true, true};
-    case KvFormat::kTurbo3: return {3, 16, 1, false, true, true};
-    case KvFormat::kTurbo4: return {4, 16, 1, false, true, true};
-    case KvFormat::kIndexer: return {8, 128, 4, false, false, false};
+    case KvFormat::kBf16:
+      return {16, 0, 0, true, true, false};
+    case KvFormat::kFp8E4m3:
+      return {8, 0, 0, true, false, false};
+    case KvFormat::kTurbo2:
+      return {2, 16, 1, false, true, true};
+    case KvFormat::kTurbo3:
+      return {3, 16, 1, false, true, true};
+    case KvFormat::kTurbo4:
+      return {4, 16, 1, false, true, true};
+    case KvFormat::kIndexer:
+      return {8, 128, 4, false, false, false};
   }
   return {0, 0, 0, false, false, false};
 }

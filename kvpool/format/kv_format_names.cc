@@ -7,8 +7,8 @@
 namespace kvp {
 namespace {
 
-constexpr std::array<absl::string_view, kNumKvFormats> kNames = {
-    "bf16", "fp8_e4m3", "turbo2", "turbo3", "turbo4", "indexer"};
+constexpr std::array<absl::string_view, kNumKvFormats> kNames = {"bf16",   "fp8_e4m3", "turbo2",
+                                                                 "turbo3", "turbo4",   "indexer"};
 
 }  // namespace
 
@@ -21,8 +21,9 @@ absl::StatusOr<KvFormat> ParseKvFormat(absl::string_view name) {
   for (size_t i = 0; i < kNames.size(); ++i) {
     if (kNames[i] == name) return static_cast<KvFormat>(i);
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown format '", name, "'; expected one of bf16, fp8_e4m3, turbo2, turbo3, turbo4, indexer"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown format '", name,
+                   "'; expected one of bf16, fp8_e4m3, turbo2, turbo3, turbo4, indexer"));
 }
 
 }  // namespace kvp

@@ -1,9 +1,8 @@
 // Names of the cache formats, as flags, files and messages spell them.
 #pragma once
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kvpool/format/kv_format.h"
 
 namespace kvp {

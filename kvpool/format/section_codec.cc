@@ -23,9 +23,12 @@ HeadCodec MakeCodec(const SectionCodecOptions& o) {
 
 bool CanHold(KvFormat format, float x) {
   switch (format) {
-    case KvFormat::kBf16: return true;
-    case KvFormat::kFp8E4m3: return !std::isinf(x);
-    default: return std::isfinite(x);
+    case KvFormat::kBf16:
+      return true;
+    case KvFormat::kFp8E4m3:
+      return !std::isinf(x);
+    default:
+      return std::isfinite(x);
   }
 }
 
@@ -57,8 +60,8 @@ absl::StatusOr<std::vector<uint8_t>> EncodeSections(const SectionCodecOptions& o
   RETURN_IF_ERROR(ValidateSectionCodecOptions(o));
   const int d = o.head_dim;
   if (values.size() % d != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(values.size(), " values are not a whole number of ",
-                                                   d, "-element vectors"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(values.size(), " values are not a whole number of ", d, "-element vectors"));
   }
   const int64_t n = static_cast<int64_t>(values.size()) / d;
   for (int64_t i = 0; i < n * d; ++i) {
@@ -87,16 +90,16 @@ absl::StatusOr<std::vector<float>> DecodeSections(const SectionCodecOptions& o,
   const int64_t data_bytes = traits.DataBytes(d), scale_bytes = traits.ScaleBytes(d);
   const int64_t per_vector = data_bytes + scale_bytes;
   if (static_cast<int64_t>(bytes.size()) % per_vector != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        bytes.size(), " bytes are not a whole number of ", KvFormatName(o.format), " vectors of ",
-        per_vector, " bytes (head dim ", d, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(bytes.size(), " bytes are not a whole number of ", KvFormatName(o.format),
+                     " vectors of ", per_vector, " bytes (head dim ", d, ")"));
   }
   const int64_t n = static_cast<int64_t>(bytes.size()) / per_vector;
   std::vector<float> out(n * d);
   const HeadCodec codec = MakeCodec(o);
   for (int64_t i = 0; i < n; ++i) {
-    DecodeHead(codec, bytes.data() + i * data_bytes, bytes.data() + n * data_bytes + i * scale_bytes,
-               d, out.data() + i * d);
+    DecodeHead(codec, bytes.data() + i * data_bytes,
+               bytes.data() + n * data_bytes + i * scale_bytes, d, out.data() + i * d);
   }
   return out;
 }
@@ -115,7 +118,8 @@ absl::StatusOr<RoundTripStats> MeasureRoundTrip(const SectionCodecOptions& o,
     ref += double{values[i]} * values[i];
     stats.max_abs_error = std::max(stats.max_abs_error, std::fabs(diff));
   }
-  stats.relative_mse = ref > 0.0 ? err / ref : (err > 0.0 ? std::numeric_limits<double>::infinity() : 0.0);
+  stats.relative_mse =
+      ref > 0.0 ? err / ref : (err > 0.0 ? std::numeric_limits<double>::infinity() : 0.0);
   stats.snr_db = -10.0 * std::log10(stats.relative_mse);
   return stats;
 }

@@ -16,14 +16,15 @@
 namespace kvp {
 
 template <int kBits>
-inline constexpr int kTurboGroupBytes = kTurboGroupSize * kBits / 8;
+inline constexpr int kTurboGroupBytes = kTurboGroupSize* kBits / 8;
 
 // Packs 16 codes of kBits each into kTurboGroupBytes<kBits> bytes.
 template <int kBits>
 KVP_HD void TurboPackGroup(const uint8_t* codes, uint8_t* out) {
   uint64_t stream = 0;
   for (int i = 0; i < kTurboGroupSize; ++i) stream |= uint64_t{codes[i]} << (kBits * i);
-  for (int b = 0; b < kTurboGroupBytes<kBits>; ++b) out[b] = static_cast<uint8_t>(stream >> (8 * b));
+  for (int b = 0; b < kTurboGroupBytes<kBits>; ++b)
+    out[b] = static_cast<uint8_t>(stream >> (8 * b));
 }
 
 template <int kBits>

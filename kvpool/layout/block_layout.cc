@@ -8,7 +8,9 @@
 namespace kvp {
 namespace {
 
-int64_t AlignUp(int64_t n, int64_t alignment) { return (n + alignment - 1) / alignment * alignment; }
+int64_t AlignUp(int64_t n, int64_t alignment) {
+  return (n + alignment - 1) / alignment * alignment;
+}
 
 }  // namespace
 

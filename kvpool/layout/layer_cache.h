@@ -37,15 +37,13 @@ struct LayerCache {
   int32_t v_data_head_bytes = 0;   // ... in the V data section
   int32_t v_scale_head_bytes = 0;  // ... in the V scale section
   bool has_indexer = false;
-  HeadCodec k_codec;  // format, k_scale
-  HeadCodec v_codec;  // format, v_scale, rotation and its signs
+  HeadCodec k_codec;      // format, k_scale
+  HeadCodec v_codec;      // format, v_scale, rotation and its signs
   HeadCodec index_codec;  // indexer format, ue8m0
 
   KVP_HD bool ValidBlock(int64_t block) const { return block >= 0 && block < num_blocks; }
   KVP_HD uint8_t* Block(int64_t block) const { return base + block * block_stride; }
-  KVP_HD int64_t TokenHead(int slot, int head) const {
-    return int64_t{slot} * num_kv_heads + head;
-  }
+  KVP_HD int64_t TokenHead(int slot, int head) const { return int64_t{slot} * num_kv_heads + head; }
   KVP_HD uint8_t* K(int64_t block, int slot, int head) const {
     return Block(block) + sections.k + TokenHead(slot, head) * k_head_bytes;
   }

@@ -11,9 +11,8 @@ namespace {
 absl::Status ValidateScales(const std::vector<float>& scales, int num_layers, const char* name) {
   if (scales.empty()) return absl::OkStatus();
   if (static_cast<int>(scales.size()) != num_layers) {
-    return absl::InvalidArgumentError(absl::StrCat(name, " has ", scales.size(),
-                                                   " entries; expected one per layer (",
-                                                   num_layers, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        name, " has ", scales.size(), " entries; expected one per layer (", num_layers, ")"));
   }
   for (size_t l = 0; l < scales.size(); ++l) {
     if (!std::isfinite(scales[l]) || scales[l] <= 0.0f) {
@@ -55,8 +54,8 @@ absl::Status ValidatePoolSpec(const PoolSpec& spec) {
                                                  " cannot hold keys; use bf16 or fp8_e4m3"));
   }
   if (!TraitsOf(spec.v_format).v_capable) {
-    return absl::UnimplementedError(absl::StrCat(
-        "v_format ", KvFormatName(spec.v_format), " cannot hold values; use bf16 or turbo2/3/4"));
+    return absl::UnimplementedError(absl::StrCat("v_format ", KvFormatName(spec.v_format),
+                                                 " cannot hold values; use bf16 or turbo2/3/4"));
   }
   if (auto s = ValidateScales(spec.k_scales, spec.num_layers, "k_scales"); !s.ok()) return s;
   return ValidateScales(spec.v_scales, spec.num_layers, "v_scales");

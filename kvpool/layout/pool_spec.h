@@ -16,15 +16,15 @@ inline constexpr int kDefaultBlockSize = 64;  // the indexer kernels' natural bl
 struct PoolSpec {
   int num_layers = 1;
   int num_kv_heads = 8;
-  int head_dim = 128;                    // 64, 128 or 256
-  int block_size = kDefaultBlockSize;    // tokens per block: 16, 32 or 64
+  int head_dim = 128;                      // 64, 128 or 256
+  int block_size = kDefaultBlockSize;      // tokens per block: 16, 32 or 64
   KvFormat k_format = KvFormat::kFp8E4m3;  // bf16 or fp8_e4m3
   KvFormat v_format = KvFormat::kTurbo3;   // bf16 or turbo2/3/4
-  bool v_rotation = true;                // TurboNV signed Walsh-Hadamard rotation
-  bool indexer = false;                  // DeepSeek-V3.2 lightning-indexer sections
-  bool indexer_ue8m0 = true;             // power-of-two indexer scales
-  std::vector<float> k_scales;           // per layer; empty = 1.0 everywhere
-  std::vector<float> v_scales;           // per layer; empty = 1.0 everywhere
+  bool v_rotation = true;                  // TurboNV signed Walsh-Hadamard rotation
+  bool indexer = false;                    // DeepSeek-V3.2 lightning-indexer sections
+  bool indexer_ue8m0 = true;               // power-of-two indexer scales
+  std::vector<float> k_scales;             // per layer; empty = 1.0 everywhere
+  std::vector<float> v_scales;             // per layer; empty = 1.0 everywhere
 
   float KScale(int layer) const { return k_scales.empty() ? 1.0f : k_scales[layer]; }
   float VScale(int layer) const { return v_scales.empty() ? 1.0f : v_scales[layer]; }

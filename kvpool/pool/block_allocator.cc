@@ -24,9 +24,9 @@ absl::Status BlockAllocator::CheckBlock(BlockId block) const {
 absl::StatusOr<std::vector<BlockId>> BlockAllocator::Reserve(LeaseId lease, int n) {
   if (n < 0) return absl::InvalidArgumentError(absl::StrCat("cannot reserve ", n, " blocks"));
   if (static_cast<int64_t>(free_.size()) + counts_.cached < n) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("pool full: ", n, " blocks asked, ", free_.size(), " free and ",
-                     counts_.cached, " evictable"));
+    return absl::ResourceExhaustedError(absl::StrCat("pool full: ", n, " blocks asked, ",
+                                                     free_.size(), " free and ", counts_.cached,
+                                                     " evictable"));
   }
   std::vector<BlockId> out;
   out.reserve(n);
@@ -224,9 +224,11 @@ absl::Status BlockAllocator::CheckInvariants() const {
       return absl::InternalError(absl::StrCat("block ", b, " has a wrong reservation count"));
     }
     if (blk.refs != held[b] || (blk.state == State::kUsed) != (blk.refs > 0)) {
-      return absl::InternalError(absl::StrCat("block ", b, " has ", blk.refs, " references but leases hold ", held[b]));
+      return absl::InternalError(
+          absl::StrCat("block ", b, " has ", blk.refs, " references but leases hold ", held[b]));
     }
-    if (cached && !blk.indexed) return absl::InternalError(absl::StrCat("unindexed cached block ", b));
+    if (cached && !blk.indexed)
+      return absl::InternalError(absl::StrCat("unindexed cached block ", b));
     if (blk.indexed) {
       auto it = prefix_index_.find(blk.prefix.hash);
       if (it == prefix_index_.end() || it->second != b || free || blk.state == State::kReserved) {
@@ -234,10 +236,18 @@ absl::Status BlockAllocator::CheckInvariants() const {
       }
     }
     switch (blk.state) {
-      case State::kFree: ++seen.free; break;
-      case State::kReserved: ++seen.reserved; break;
-      case State::kUsed: ++seen.used; break;
-      case State::kCached: ++seen.cached; break;
+      case State::kFree:
+        ++seen.free;
+        break;
+      case State::kReserved:
+        ++seen.reserved;
+        break;
+      case State::kUsed:
+        ++seen.used;
+        break;
+      case State::kCached:
+        ++seen.cached;
+        break;
     }
   }
   if (static_cast<int64_t>(prefix_index_.size()) > seen.used + seen.cached) {

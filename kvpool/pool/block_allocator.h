@@ -101,7 +101,7 @@ class BlockAllocator {
   };
 
   absl::Status CheckBlock(BlockId block) const;
-  void Evict(BlockId block);   // cached -> free-floating (caller reuses it)
+  void Evict(BlockId block);    // cached -> free-floating (caller reuses it)
   void DropRef(BlockId block);  // one reference less, state follows
 
   std::vector<Block> blocks_;

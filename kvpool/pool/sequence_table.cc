@@ -144,7 +144,8 @@ absl::Status SequenceTable::Fork(SeqId src, SeqId dst, LeaseId lease) {
     return absl::FailedPreconditionError(
         absl::StrCat("sequence ", src, " has a pending append; fork after it commits"));
   }
-  if (seqs_.contains(dst)) return absl::AlreadyExistsError(absl::StrCat("sequence ", dst, " exists"));
+  if (seqs_.contains(dst))
+    return absl::AlreadyExistsError(absl::StrCat("sequence ", dst, " exists"));
   Sequence copy;
   copy.owner = lease;
   copy.blocks = from->blocks;
@@ -167,9 +168,8 @@ absl::Status SequenceTable::Release(SeqId seq) {
 }
 
 int64_t SequenceTable::ForgetLease(LeaseId lease) {
-  return static_cast<int64_t>(absl::erase_if(seqs_, [lease](const auto& entry) {
-    return entry.second.owner == lease;
-  }));
+  return static_cast<int64_t>(
+      absl::erase_if(seqs_, [lease](const auto& entry) { return entry.second.owner == lease; }));
 }
 
 absl::StatusOr<int64_t> SequenceTable::Length(SeqId seq) const {

@@ -76,8 +76,8 @@ class SequenceTable {
     LeaseId owner = 0;
     std::vector<BlockId> blocks;
     int64_t length = 0;
-    uint64_t full_hash = 0;          // chain hash of the last full block
-    std::vector<int32_t> tail;       // tokens of the partial last block
+    uint64_t full_hash = 0;     // chain hash of the last full block
+    std::vector<int32_t> tail;  // tokens of the partial last block
     bool has_pending = false;
     Pending pending;
   };

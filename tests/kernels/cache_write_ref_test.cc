@@ -129,7 +129,7 @@ TEST_P(CacheWriteRefTest, WrittenTokensDecodeCloseToTheirInputs) {
       i_ref += x * x;
     }
   }
-  const double v_limit = GetParam() == KvFormat::kBf16  ? 0.0
+  const double v_limit = GetParam() == KvFormat::kBf16     ? 0.0
                          : GetParam() == KvFormat::kTurbo2 ? 0.14
                          : GetParam() == KvFormat::kTurbo3 ? 0.03
                                                            : 0.008;

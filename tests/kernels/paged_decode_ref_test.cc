@@ -89,10 +89,9 @@ TEST(PagedDecodeRefTest, EqualsFp64AttentionOverTheDequantizedCache) {
       const int len = pool.seq_lens()[s];
       const auto dense =
           Dequantize(cache, pool.block_tables().data() + s * pool.block_table_stride(), len);
-      const auto expected =
-          NaiveAttention(dense, run.q.data() + static_cast<size_t>(s) * c.q_heads * c.head_dim,
-                         c.q_heads, c.kv_heads, c.head_dim, DefaultSoftmaxScale(c.head_dim),
-                         [](int) { return true; });
+      const auto expected = NaiveAttention(
+          dense, run.q.data() + static_cast<size_t>(s) * c.q_heads * c.head_dim, c.q_heads,
+          c.kv_heads, c.head_dim, DefaultSoftmaxScale(c.head_dim), [](int) { return true; });
       const auto got = SeqOut(run, s, c.q_heads, c.head_dim);
       for (double x : got) ASSERT_TRUE(std::isfinite(x)) << spec.DebugString();
       EXPECT_LT(RelativeL2(got, expected), 1e-6) << spec.DebugString() << " seq " << s;
@@ -111,11 +110,11 @@ TEST(PagedDecodeRefTest, SlidingWindowAttendsToTheLastWPositionsOnly) {
   const DecodeRun run = RunDecode(pool, rng, 8, window, 0.0f);
   for (int s = 0; s < 3; ++s) {
     const int len = pool.seq_lens()[s];
-    const auto dense = Dequantize(pool.Layer(0),
-                                  pool.block_tables().data() + s * pool.block_table_stride(), len);
-    const auto expected = NaiveAttention(dense, run.q.data() + static_cast<size_t>(s) * 8 * 128, 8, 2, 128,
-                                         DefaultSoftmaxScale(128),
-                                         [&](int p) { return p >= len - window; });
+    const auto dense =
+        Dequantize(pool.Layer(0), pool.block_tables().data() + s * pool.block_table_stride(), len);
+    const auto expected =
+        NaiveAttention(dense, run.q.data() + static_cast<size_t>(s) * 8 * 128, 8, 2, 128,
+                       DefaultSoftmaxScale(128), [&](int p) { return p >= len - window; });
     EXPECT_LT(RelativeL2(SeqOut(run, s, 8, 128), expected), 1e-6) << "seq " << s;
   }
 }
@@ -143,7 +142,8 @@ TEST(PagedDecodeRefTest, SparseVThresholdStaysWithinItsBoundAndZeroIsDense) {
       for (int p = 0; p < len; ++p) {
         for (int g = 0; g < 2; ++g) {
           double n2 = 0.0;
-          for (int e = 0; e < kD; ++e) n2 += std::pow(seq.v[(static_cast<size_t>(p) * 2 + g) * kD + e], 2);
+          for (int e = 0; e < kD; ++e)
+            n2 += std::pow(seq.v[(static_cast<size_t>(p) * 2 + g) * kD + e], 2);
           max_v_norm = std::max(max_v_norm, std::sqrt(n2));
         }
       }
@@ -154,7 +154,9 @@ TEST(PagedDecodeRefTest, SparseVThresholdStaysWithinItsBoundAndZeroIsDense) {
         double m = -INFINITY;
         for (int p = 0; p < len; ++p) {
           double dot = 0.0;
-          for (int e = 0; e < kD; ++e) dot += double{Bf16ToFloat(q[e])} * seq.k[(static_cast<size_t>(p) * 2 + qh / 4) * kD + e];
+          for (int e = 0; e < kD; ++e)
+            dot +=
+                double{Bf16ToFloat(q[e])} * seq.k[(static_cast<size_t>(p) * 2 + qh / 4) * kD + e];
           logits[p] = dot * DefaultSoftmaxScale(kD);
           m = std::max(m, logits[p]);
         }

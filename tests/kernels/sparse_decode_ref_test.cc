@@ -70,12 +70,11 @@ TEST(SparseDecodeRefTest, EqualsDenseAttentionMaskedToTheSelectedPositions) {
     for (int s = 0; s < 3; ++s) {
       const int len = f.pool.seq_lens()[s];
       std::set<int> selected(f.indices.begin() + s * 256, f.indices.begin() + (s + 1) * 256);
-      const auto dense = Dequantize(f.pool.Layer(0),
-                                    f.pool.block_tables().data() + s * f.pool.block_table_stride(), len);
-      const auto expected =
-          NaiveAttention(dense, f.q.data() + static_cast<size_t>(s) * q_heads * 128, q_heads,
-                         spec.num_kv_heads, 128, DefaultSoftmaxScale(128),
-                         [&](int p) { return selected.count(p) > 0; });
+      const auto dense = Dequantize(
+          f.pool.Layer(0), f.pool.block_tables().data() + s * f.pool.block_table_stride(), len);
+      const auto expected = NaiveAttention(
+          dense, f.q.data() + static_cast<size_t>(s) * q_heads * 128, q_heads, spec.num_kv_heads,
+          128, DefaultSoftmaxScale(128), [&](int p) { return selected.count(p) > 0; });
       const std::vector<double> got(f.out.begin() + static_cast<size_t>(s) * q_heads * 128,
                                     f.out.begin() + static_cast<size_t>(s + 1) * q_heads * 128);
       for (double x : got) ASSERT_TRUE(std::isfinite(x));

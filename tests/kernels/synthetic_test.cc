@@ -26,14 +26,18 @@ TEST(SyntheticTest, NormalHasUnitMomentsAndBoundedTails) {
 
 TEST(SyntheticTest, ValuesArePinnedBitForBit) {
   // The GPU generator must reproduce these; a change here is a change of the synthetic model.
-  EXPECT_EQ(SyntheticHash(1, 2, SyntheticStream::kKey, 3, 4), SyntheticHash(1, 2, SyntheticStream::kKey, 3, 4));
+  EXPECT_EQ(SyntheticHash(1, 2, SyntheticStream::kKey, 3, 4),
+            SyntheticHash(1, 2, SyntheticStream::kKey, 3, 4));
   const uint64_t h = SyntheticHash(0x6B76706F6F6Cull, 0, SyntheticStream::kKey, 0, 0);
   const int32_t sum = static_cast<int32_t>(h & 0xFFFF) + static_cast<int32_t>((h >> 16) & 0xFFFF) +
                       static_cast<int32_t>((h >> 32) & 0xFFFF) + static_cast<int32_t>(h >> 48);
   EXPECT_EQ(SyntheticNormal(h), static_cast<float>(sum - 131070) * 2.6428898e-05f);
-  EXPECT_NE(SyntheticHash(1, 2, SyntheticStream::kKey, 3, 4), SyntheticHash(1, 2, SyntheticStream::kKey, 3, 5));
-  EXPECT_NE(SyntheticHash(1, 2, SyntheticStream::kKey, 3, 4), SyntheticHash(1, 2, SyntheticStream::kValue, 3, 4));
-  EXPECT_NE(SyntheticHash(1, 2, SyntheticStream::kKey, 3, 4), SyntheticHash(1, 3, SyntheticStream::kKey, 3, 4));
+  EXPECT_NE(SyntheticHash(1, 2, SyntheticStream::kKey, 3, 4),
+            SyntheticHash(1, 2, SyntheticStream::kKey, 3, 5));
+  EXPECT_NE(SyntheticHash(1, 2, SyntheticStream::kKey, 3, 4),
+            SyntheticHash(1, 2, SyntheticStream::kValue, 3, 4));
+  EXPECT_NE(SyntheticHash(1, 2, SyntheticStream::kKey, 3, 4),
+            SyntheticHash(1, 3, SyntheticStream::kKey, 3, 4));
 }
 
 TEST(SyntheticTest, EqualTokensGiveEqualActivationsAndOthersDiffer) {

@@ -33,7 +33,8 @@ std::vector<int32_t> Expected(const std::vector<float>& row, int32_t length, int
   for (int32_t i = 0; i < length; ++i) {
     if (!std::isnan(row[i])) order.push_back(i);
   }
-  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return row[a] > row[b]; });
   if (static_cast<int>(order.size()) > k) order.resize(k);
   std::sort(order.begin(), order.end());
   order.resize(k, -1);

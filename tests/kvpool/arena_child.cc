@@ -5,8 +5,9 @@
 //   kvpool_arena_child expect-refused PATH                  exit 0 only if attaching is refused
 //   kvpool_arena_child cuda-read-write PATH EXPECT WRITE [DEVICE]
 //                                                          read-write on a cuda arena, mapped for
-//                                                          DEVICE (default: the arena's own; another
-//                                                          one reads it as a peer). CUDA builds.
+//                                                          DEVICE (default: the arena's own;
+//                                                          another one reads it as a peer). CUDA
+//                                                          builds.
 #include <unistd.h>
 
 #include <cstdint>
@@ -47,7 +48,8 @@ int main(int argc, char** argv) {
 #if defined(KVP_HAVE_CUDA)
   if (mode == "cuda-read-write" && (argc == 5 || argc == 6)) {
     const int device = argc == 6 ? std::atoi(argv[5]) : arena->first.device;
-    auto mapped = kvp::CudaArenaMapping::Map(device, arena->first.chunk_bytes, std::move(arena->second));
+    auto mapped =
+        kvp::CudaArenaMapping::Map(device, arena->first.chunk_bytes, std::move(arena->second));
     if (!mapped.ok()) return Fail(mapped.status().ToString());
     const uint64_t expect = std::strtoull(argv[3], nullptr, 16);
     const uint64_t write = std::strtoull(argv[4], nullptr, 16);
@@ -58,7 +60,8 @@ int main(int argc, char** argv) {
     bool same = true;
     for (uint64_t v : page) same &= v == expect;
     for (uint64_t& v : page) v = write;
-    if (cudaMemcpy(mapped->base() + 2 * kPage, page, kPage, cudaMemcpyHostToDevice) != cudaSuccess ||
+    if (cudaMemcpy(mapped->base() + 2 * kPage, page, kPage, cudaMemcpyHostToDevice) !=
+            cudaSuccess ||
         cudaDeviceSynchronize() != cudaSuccess) {
       return Fail("writing the cuda arena");
     }

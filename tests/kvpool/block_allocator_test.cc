@@ -35,7 +35,8 @@ TEST(BlockAllocatorTest, TwoPhaseWritesOnlyCommittedBlocksAreReadable) {
 TEST(BlockAllocatorTest, ReleasedPrefixBlocksAreCachedThenEvictedLeastRecentFirst) {
   BlockAllocator a(3);
   auto b = a.Reserve(1, 3).value();
-  for (int i = 0; i < 3; ++i) ASSERT_TRUE(a.Commit(1, b[i], i < 2 ? std::optional(Key({i})) : std::nullopt).ok());
+  for (int i = 0; i < 3; ++i)
+    ASSERT_TRUE(a.Commit(1, b[i], i < 2 ? std::optional(Key({i})) : std::nullopt).ok());
   ASSERT_TRUE(a.Release(1, b[1]).ok());  // cached, released first
   ASSERT_TRUE(a.Release(1, b[0]).ok());  // cached
   ASSERT_TRUE(a.Release(1, b[2]).ok());  // no prefix: free
@@ -83,10 +84,14 @@ TEST(BlockAllocatorTest, RandomOperationsNeverHandABlockOutTwice) {
   std::mt19937_64 rng(std::random_device{}());
   constexpr int kBlocks = 64;
   BlockAllocator a(kBlocks);
-  std::map<LeaseId, std::set<BlockId>> reserved;         // model: reservations per lease
-  std::map<LeaseId, std::multiset<BlockId>> refs;       // model: references per lease
+  std::map<LeaseId, std::set<BlockId>> reserved;   // model: reservations per lease
+  std::map<LeaseId, std::multiset<BlockId>> refs;  // model: references per lease
   std::vector<BlockId> committed;
-  auto pick = [&](auto& container) { auto it = container.begin(); std::advance(it, rng() % container.size()); return it; };
+  auto pick = [&](auto& container) {
+    auto it = container.begin();
+    std::advance(it, rng() % container.size());
+    return it;
+  };
   int ops = 0, exhausted = 0;
   for (; ops < 120000; ++ops) {
     const LeaseId lease = 1 + rng() % 6;
@@ -101,8 +106,10 @@ TEST(BlockAllocatorTest, RandomOperationsNeverHandABlockOutTwice) {
           break;
         }
         for (BlockId b : *got) {
-          for (auto& [l, set] : reserved) ASSERT_FALSE(set.count(b)) << "block " << b << " handed out twice";
-          for (auto& [l, set] : refs) ASSERT_FALSE(set.count(b)) << "evicted block " << b << " still referenced";
+          for (auto& [l, set] : reserved)
+            ASSERT_FALSE(set.count(b)) << "block " << b << " handed out twice";
+          for (auto& [l, set] : refs)
+            ASSERT_FALSE(set.count(b)) << "evicted block " << b << " still referenced";
           reserved[lease].insert(b);
           committed.erase(std::remove(committed.begin(), committed.end(), b), committed.end());
         }

@@ -24,10 +24,10 @@ TEST(BlockLayoutTest, SectionSizesOfADeepSeekLikeLayer) {
       BlockLayout::Create(Spec(2, 8, 128, 64, KvFormat::kFp8E4m3, KvFormat::kTurbo3, true)).value();
   const SectionOffsets& l0 = layout.sections(0);
   EXPECT_EQ(l0.k, 0);
-  EXPECT_EQ(l0.v_data, 64 * 8 * 128);                    // fp8 K
-  EXPECT_EQ(l0.v_scale, l0.v_data + 64 * 8 * 48);         // turbo3 data: 48 bytes per head
-  EXPECT_EQ(l0.index_values, l0.v_scale + 64 * 8 * 8);    // one scale per 16
-  EXPECT_EQ(l0.index_scales, l0.index_values + 64 * 128); // values, then scales
+  EXPECT_EQ(l0.v_data, 64 * 8 * 128);                      // fp8 K
+  EXPECT_EQ(l0.v_scale, l0.v_data + 64 * 8 * 48);          // turbo3 data: 48 bytes per head
+  EXPECT_EQ(l0.index_values, l0.v_scale + 64 * 8 * 8);     // one scale per 16
+  EXPECT_EQ(l0.index_scales, l0.index_values + 64 * 128);  // values, then scales
   EXPECT_EQ(l0.end, l0.index_scales + 64 * 4);
   EXPECT_EQ(layout.sections(1).k, l0.end);
   EXPECT_EQ(layout.block_stride(), (2 * l0.end + 255) / 256 * 256);

@@ -15,8 +15,7 @@ double DecodeE4m3Spec(int code) {
   const int sign = code >> 7;
   const int exp = (code >> 3) & 15;
   const int mant = code & 7;
-  const double magnitude =
-      exp == 0 ? std::ldexp(mant, -9) : std::ldexp(1.0 + mant / 8.0, exp - 7);
+  const double magnitude = exp == 0 ? std::ldexp(mant, -9) : std::ldexp(1.0 + mant / 8.0, exp - 7);
   return sign ? -magnitude : magnitude;
 }
 

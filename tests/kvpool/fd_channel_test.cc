@@ -67,7 +67,8 @@ TEST(HostArenaTest, GrowsByChunksAtStableAddresses) {
   EXPECT_EQ(base[12345], 0x11);
   std::memset(base + (2 << 20), 0x22, 1 << 20);  // the new chunk is usable
   EXPECT_EQ(arena.GrowTo(9 << 20).code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(HostArena::Create(1000, 0, 1 << 20).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(HostArena::Create(1000, 0, 1 << 20).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ArenaDescriptionTest, RoundTripsAndRejectsDamage) {

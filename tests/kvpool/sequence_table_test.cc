@@ -21,8 +21,9 @@ TEST(SequenceTableTest, AppendsPlanSlotsAcrossBlocksAndCommitMakesThemReadable) 
   SequenceTable seqs(&a, 4);
   AppendPlan p = seqs.Append(1, 9, Tokens(6)).value();
   ASSERT_EQ(p.reserved.size(), 2u);
-  EXPECT_EQ(p.slots, (std::vector<int64_t>{p.reserved[0] * 4, p.reserved[0] * 4 + 1, p.reserved[0] * 4 + 2,
-                                           p.reserved[0] * 4 + 3, p.reserved[1] * 4, p.reserved[1] * 4 + 1}));
+  EXPECT_EQ(p.slots, (std::vector<int64_t>{p.reserved[0] * 4, p.reserved[0] * 4 + 1,
+                                           p.reserved[0] * 4 + 2, p.reserved[0] * 4 + 3,
+                                           p.reserved[1] * 4, p.reserved[1] * 4 + 1}));
   EXPECT_FALSE(a.IsCommitted(p.reserved[0]));
   EXPECT_EQ(seqs.Append(1, 9, Tokens(1)).status().code(), absl::StatusCode::kFailedPrecondition);
   ASSERT_TRUE(seqs.Commit(1).ok());
@@ -152,8 +153,12 @@ TEST(SequenceTableTest, RandomOperationsKeepThePoolConsistent) {
         if (!p.ok() && p.status().code() == absl::StatusCode::kResourceExhausted) ++exhausted;
         break;
       }
-      case 3: committed += seqs.Commit(seq).ok(); break;
-      case 4: seqs.Abort(seq).IgnoreError(); break;
+      case 3:
+        committed += seqs.Commit(seq).ok();
+        break;
+      case 4:
+        seqs.Abort(seq).IgnoreError();
+        break;
       case 5: {
         const SeqId dst = 1 + rng() % 12;
         forked += seqs.Fork(seq, dst, 1 + dst % 3).ok();

@@ -47,8 +47,8 @@ double CodebookMse() {
   for (size_t j = 0; j < levels.size(); ++j) {
     const double a = edges[j], b = edges[j + 1], c = levels[j];
     const double mass = Phi(b) - Phi(a);
-    const double first = pdf(a) - pdf(b);                                   // ∫ x φ
-    const double second = mass - ((std::isinf(b) ? 0 : b * pdf(b)) -      // ∫ x² φ
+    const double first = pdf(a) - pdf(b);                             // ∫ x φ
+    const double second = mass - ((std::isinf(b) ? 0 : b * pdf(b)) -  // ∫ x² φ
                                   (std::isinf(a) ? 0 : a * pdf(a)));
     mse += second - 2 * c * first + c * c * mass;
   }
@@ -68,13 +68,17 @@ TEST(TurboCodebookTest, CodebookMseMatchesLloydMax) {
 }
 
 TEST(TurboCodebookTest, LevelsAreSortedAndSymmetric) {
-  for (int j = 0; j + 1 < 16; ++j) EXPECT_LT(TurboCodebook<4>::Level(j), TurboCodebook<4>::Level(j + 1));
-  for (int j = 0; j < 8; ++j) EXPECT_EQ(TurboCodebook<3>::Level(j), -TurboCodebook<3>::Level(7 - j));
+  for (int j = 0; j + 1 < 16; ++j)
+    EXPECT_LT(TurboCodebook<4>::Level(j), TurboCodebook<4>::Level(j + 1));
+  for (int j = 0; j < 8; ++j)
+    EXPECT_EQ(TurboCodebook<3>::Level(j), -TurboCodebook<3>::Level(7 - j));
   EXPECT_EQ(TurboMaxLevel<2>(), 1.5104f);
   EXPECT_EQ((TurboBoundary<2, 1>()), 0.0f);
   // The boundaries are the float32 operations the format names.
-  EXPECT_EQ((TurboBoundary<3, 2>()), (TurboCodebook<3>::Level(2) + TurboCodebook<3>::Level(3)) * 0.5f);
-  EXPECT_EQ((TurboBoundary<4, 9>()), (TurboCodebook<4>::Level(9) + TurboCodebook<4>::Level(10)) * 0.5f);
+  EXPECT_EQ((TurboBoundary<3, 2>()),
+            (TurboCodebook<3>::Level(2) + TurboCodebook<3>::Level(3)) * 0.5f);
+  EXPECT_EQ((TurboBoundary<4, 9>()),
+            (TurboCodebook<4>::Level(9) + TurboCodebook<4>::Level(10)) * 0.5f);
   EXPECT_EQ(TurboCode<3>(TurboBoundary<3, 4>()), 5);  // ties go up
   EXPECT_EQ(TurboCode<3>(std::nextafter(TurboBoundary<3, 4>(), 0.0f)), 4);
   EXPECT_EQ(TurboCode<2>(-10.0f), 0);

@@ -42,9 +42,9 @@ struct MseBand {
 TEST(TurboQuantTest, RelativeMseOfGaussianDataIsInTheExpectedBand) {
   const std::vector<float> unit(128, 1.0f);
   constexpr int kVectors = 100000 / 8 + 1;  // >= 1e5 groups of 16 per sigma
-  for (const MseBand& band : {MseBand{KvFormat::kTurbo2, 0.122, 0.136},
-                              MseBand{KvFormat::kTurbo3, 0.0228, 0.0256},
-                              MseBand{KvFormat::kTurbo4, 0.0054, 0.0064}}) {
+  for (const MseBand& band :
+       {MseBand{KvFormat::kTurbo2, 0.122, 0.136}, MseBand{KvFormat::kTurbo3, 0.0228, 0.0256},
+        MseBand{KvFormat::kTurbo4, 0.0054, 0.0064}}) {
     for (float sigma : {0.03f, 0.1f, 0.3f, 1.0f, 3.0f, 10.0f}) {
       const double mse = RoundTripRelativeMse(band.format, sigma, kVectors, true, unit, 7);
       EXPECT_GE(mse, band.lo) << "format " << int(band.format) << " sigma " << sigma;

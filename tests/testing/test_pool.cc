@@ -53,8 +53,9 @@ void TestPool::FillSequences(std::mt19937_64& rng, const std::vector<int32_t>& s
     const int32_t len = seq_lens[s];
     std::vector<int64_t> slots(len);
     for (int32_t t = 0; t < len; ++t) {
-      slots[t] = int64_t{block_tables_[s * block_table_stride_ + t / spec.block_size]} *
-                     spec.block_size + t % spec.block_size;
+      slots[t] =
+          int64_t{block_tables_[s * block_table_stride_ + t / spec.block_size]} * spec.block_size +
+          t % spec.block_size;
     }
     for (int l = 0; l < spec.num_layers; ++l) {
       const std::vector<Bf16> k = RandomBf16(rng, static_cast<size_t>(len) * row, k_std);

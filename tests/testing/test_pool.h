@@ -31,8 +31,8 @@ class TestPool {
   // Gives each of `seq_lens.size()` sequences distinct random blocks and writes random tokens
   // (K, V and index K; the given stddevs) into every layer; the block table is
   // [num_seqs, block_table_stride()], its unused entries naming a never-written (NaN) block.
-  void FillSequences(std::mt19937_64& rng, const std::vector<int32_t>& seq_lens,
-                     float k_std = 1.0f, float v_std = 1.0f);
+  void FillSequences(std::mt19937_64& rng, const std::vector<int32_t>& seq_lens, float k_std = 1.0f,
+                     float v_std = 1.0f);
 
   const std::vector<int32_t>& block_tables() const { return block_tables_; }
   const std::vector<int32_t>& seq_lens() const { return seq_lens_; }

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kvpool/format/section_codec.h"
 #include "kvpool/format/kv_format_names.h"
+#include "kvpool/format/section_codec.h"
 
 namespace kvp {
 namespace {

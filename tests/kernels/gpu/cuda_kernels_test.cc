@@ -83,8 +83,8 @@ TEST_F(CudaKernelsTest, CacheWriteIsBitIdenticalToTheReference) {
         auto ik = RandomBf16(rng_, size_t(tokens) * 128, 0.5f);
         ik[7] = Bf16FromFloat(0.0f);
         // Values at the edges of E4M3: NaN of both signs, infinities, saturation, subnormals.
-        const float specials[] = {kNan, -kNan, INFINITY, -INFINITY, 1e6f, -449.0f, 1e-3f, -3e-3f,
-                                  0.0f, -0.0f, 464.0f, 0.0009765625f};
+        const float specials[] = {kNan,  -kNan,  INFINITY, -INFINITY, 1e6f,   -449.0f,
+                                  1e-3f, -3e-3f, 0.0f,     -0.0f,     464.0f, 0.0009765625f};
         for (size_t i = 0; i < std::size(specials); ++i) {
           kk[5 * i + 1] = Bf16FromFloat(specials[i]);
           vv[7 * i + 3] = Bf16FromFloat(specials[i]);
@@ -92,11 +92,19 @@ TEST_F(CudaKernelsTest, CacheWriteIsBitIdenticalToTheReference) {
         }
         DeviceBuffer dk = Up(kk), dv = Up(vv), dik = Up(ik), dslots = Up(slots);
         for (int layer = 0; layer < 2; ++layer) {
-          CacheWriteParams ref{layout.Layer(host.data(), blocks, layer), kk.data(), vv.data(),
-                               ik.data(), slots.data(), tokens};
+          CacheWriteParams ref{layout.Layer(host.data(), blocks, layer),
+                               kk.data(),
+                               vv.data(),
+                               ik.data(),
+                               slots.data(),
+                               tokens};
           ASSERT_TRUE(CacheWriteRef(ref).ok());
-          CacheWriteParams dev{layout.Layer(arena.get<uint8_t>(), blocks, layer), dk.get<Bf16>(),
-                               dv.get<Bf16>(), dik.get<Bf16>(), dslots.get<int64_t>(), tokens};
+          CacheWriteParams dev{layout.Layer(arena.get<uint8_t>(), blocks, layer),
+                               dk.get<Bf16>(),
+                               dv.get<Bf16>(),
+                               dik.get<Bf16>(),
+                               dslots.get<int64_t>(),
+                               tokens};
           ASSERT_TRUE(CacheWriteCuda(dev, nullptr).ok());
         }
         const std::vector<uint8_t> got = Down<uint8_t>(arena, host.size());
@@ -106,8 +114,12 @@ TEST_F(CudaKernelsTest, CacheWriteIsBitIdenticalToTheReference) {
         }
         EXPECT_EQ(mismatches, 0u) << spec.DebugString() << " first at byte " << first;
         // Run to run: writing again gives the same bytes.
-        CacheWriteParams dev{layout.Layer(arena.get<uint8_t>(), blocks, 1), dk.get<Bf16>(),
-                             dv.get<Bf16>(), dik.get<Bf16>(), dslots.get<int64_t>(), tokens};
+        CacheWriteParams dev{layout.Layer(arena.get<uint8_t>(), blocks, 1),
+                             dk.get<Bf16>(),
+                             dv.get<Bf16>(),
+                             dik.get<Bf16>(),
+                             dslots.get<int64_t>(),
+                             tokens};
         ASSERT_TRUE(CacheWriteCuda(dev, nullptr).ok());
         EXPECT_EQ(Down<uint8_t>(arena, host.size()), got);
       }
@@ -176,9 +188,9 @@ AttentionParams DeviceAttention(const AttentionParams& host, TestPool& pool, Dev
 
 TEST_F(CudaKernelsTest, PagedDecodeMatchesTheReference) {
   const AttentionCase cases[] = {
-      {128, 8, 32, 64, KvFormat::kTurbo3, 0, 0.0f},   {128, 2, 8, 16, KvFormat::kTurbo4, 0, 0.0f},
-      {64, 4, 4, 32, KvFormat::kTurbo2, 0, 0.0f},     {256, 1, 16, 64, KvFormat::kTurbo3, 0, 0.0f},
-      {128, 4, 8, 64, KvFormat::kTurbo3, 300, 0.0f},  {128, 2, 20, 16, KvFormat::kTurbo2, 0, 0.0f},
+      {128, 8, 32, 64, KvFormat::kTurbo3, 0, 0.0f},  {128, 2, 8, 16, KvFormat::kTurbo4, 0, 0.0f},
+      {64, 4, 4, 32, KvFormat::kTurbo2, 0, 0.0f},    {256, 1, 16, 64, KvFormat::kTurbo3, 0, 0.0f},
+      {128, 4, 8, 64, KvFormat::kTurbo3, 300, 0.0f}, {128, 2, 20, 16, KvFormat::kTurbo2, 0, 0.0f},
   };
   CudaWorkspace ws;
   for (const AttentionCase& c : cases) {
@@ -201,8 +213,9 @@ TEST_F(CudaKernelsTest, PagedDecodeMatchesTheReference) {
     PagedDecodeParams dev{DeviceAttention(ref.attn, pool, dp, dq, dout), c.window};
     ASSERT_TRUE(PagedDecodeCuda(dev, ws, nullptr).ok());
     const auto got = Down<float>(dout, q.size());
-    ExpectClose(got, want, 3e-3, spec.DebugString() + " q_heads " + std::to_string(c.q_heads) +
-                                     " window " + std::to_string(c.window));
+    ExpectClose(got, want, 3e-3,
+                spec.DebugString() + " q_heads " + std::to_string(c.q_heads) + " window " +
+                    std::to_string(c.window));
     ASSERT_TRUE(PagedDecodeCuda(dev, ws, nullptr).ok());
     EXPECT_EQ(Down<float>(dout, q.size()), got) << "run to run";
   }
@@ -218,8 +231,8 @@ TEST_F(CudaKernelsTest, SparseVThresholdStaysWithinItsBound) {
   DeviceBuffer dq = Up(q), dense_out = Up(std::vector<float>(q.size(), kNan));
   std::vector<float> host_out(q.size());
   CudaWorkspace ws;
-  PagedDecodeParams dense{DeviceAttention(HostAttention(pool, q, host_out, 8, 0.0f), pool, dp, dq,
-                                          dense_out), 0};
+  PagedDecodeParams dense{
+      DeviceAttention(HostAttention(pool, q, host_out, 8, 0.0f), pool, dp, dq, dense_out), 0};
   ASSERT_TRUE(PagedDecodeCuda(dense, ws, nullptr).ok());
   const auto o = Down<float>(dense_out, q.size());
   for (float tau : {1e-6f, 1e-3f, 1e-2f}) {
@@ -288,8 +301,15 @@ TEST_F(CudaKernelsTest, IndexerLogitsMatchTheReference) {
   std::uniform_real_distribution<float> uni(-0.2f, 1.0f);
   for (float& x : w) x = uni(rng_);
   std::vector<float> want(n * stride, kNan);
-  IndexerLogitsParams ref{pool.Layer(0), q.data(), w.data(), pool.block_tables().data(),
-                          pool.block_table_stride(), pool.seq_lens().data(), want.data(), stride, n,
+  IndexerLogitsParams ref{pool.Layer(0),
+                          q.data(),
+                          w.data(),
+                          pool.block_tables().data(),
+                          pool.block_table_stride(),
+                          pool.seq_lens().data(),
+                          want.data(),
+                          stride,
+                          n,
                           kIndexHeads};
   ASSERT_TRUE(IndexerLogitsRef(ref).ok());
   DevicePool dp(pool);
@@ -346,14 +366,24 @@ TEST_F(CudaKernelsTest, TopkEqualsTheReferenceElementForElement) {
   std::vector<int32_t> lens(rows);
   std::uniform_int_distribution<int> few(0, 5);
   for (int r = 0; r < rows; ++r) {
-    lens[r] = r == 0 ? 0 : r == 1 ? 100 : r == 2 ? 2048 : std::uniform_int_distribution<int>(2049, stride)(rng_);
+    lens[r] = r == 0   ? 0
+              : r == 1 ? 100
+              : r == 2 ? 2048
+                       : std::uniform_int_distribution<int>(2049, stride)(rng_);
     for (int i = 0; i < stride; ++i) {
       float& x = scores[size_t(r) * stride + i];
       switch (r % 4) {
-        case 0: x = static_cast<float>(few(rng_)); break;                      // ties
-        case 1: x = -std::numeric_limits<float>::infinity(); break;            // -inf row
-        case 2: x = i % 3 == 0 ? kNan : normal(rng_); break;                   // NaN
-        default: x = i % 2 ? 0.0f : -0.0f;                                     // signed zeros
+        case 0:
+          x = static_cast<float>(few(rng_));
+          break;  // ties
+        case 1:
+          x = -std::numeric_limits<float>::infinity();
+          break;  // -inf row
+        case 2:
+          x = i % 3 == 0 ? kNan : normal(rng_);
+          break;  // NaN
+        default:
+          x = i % 2 ? 0.0f : -0.0f;  // signed zeros
       }
     }
   }
@@ -372,7 +402,8 @@ TEST_F(CudaKernelsTest, BlockGatherScatterMoveExactBytes) {
   BlockCopyParams ref{arena.data(), blocks, stride, ids.data(), 5, staging.data()};
   ASSERT_TRUE(GatherBlocksRef(ref).ok());
   DeviceBuffer da = Up(arena), dids = Up(ids), dst = Up(std::vector<uint8_t>(staging.size()));
-  BlockCopyParams dev{da.get<uint8_t>(), blocks, stride, dids.get<int32_t>(), 5, dst.get<uint8_t>()};
+  BlockCopyParams dev{da.get<uint8_t>(),   blocks, stride,
+                      dids.get<int32_t>(), 5,      dst.get<uint8_t>()};
   ASSERT_TRUE(GatherBlocksCuda(dev, nullptr).ok());
   EXPECT_EQ(Down<uint8_t>(dst, staging.size()), staging);
   std::vector<int32_t> to = {1, 2, 3, 4, 6};
@@ -380,7 +411,8 @@ TEST_F(CudaKernelsTest, BlockGatherScatterMoveExactBytes) {
   std::vector<uint8_t> want(arena.size(), 0xEE);
   BlockCopyParams sref{want.data(), blocks, stride, to.data(), 5, staging.data()};
   ASSERT_TRUE(ScatterBlocksRef(sref).ok());
-  BlockCopyParams sdev{target.get<uint8_t>(), blocks, stride, dto.get<int32_t>(), 5, dst.get<uint8_t>()};
+  BlockCopyParams sdev{target.get<uint8_t>(), blocks, stride,
+                       dto.get<int32_t>(),    5,      dst.get<uint8_t>()};
   ASSERT_TRUE(ScatterBlocksCuda(sdev, nullptr).ok());
   EXPECT_EQ(Down<uint8_t>(target, arena.size()), want);
 }
@@ -394,10 +426,18 @@ TEST_F(CudaKernelsTest, SyntheticGeneratorMatchesTheCpuBitForBit) {
   const size_t row = 4 * 128;
   std::vector<Bf16> k(tokens.size() * row), v(k.size()), ik(tokens.size() * 128);
   FillSyntheticTokens(cfg, shape, 5, tokens, 1000, k.data(), v.data(), ik.data());
-  DeviceBuffer dt = Up(tokens), dk = Up(std::vector<Bf16>(k.size())), dv = Up(std::vector<Bf16>(v.size())),
-               dik = Up(std::vector<Bf16>(ik.size()));
-  SyntheticTokensParams p{cfg, 5, 4, 128, dt.get<int32_t>(), int64_t(tokens.size()), 1000,
-                          dk.get<Bf16>(), dv.get<Bf16>(), dik.get<Bf16>()};
+  DeviceBuffer dt = Up(tokens), dk = Up(std::vector<Bf16>(k.size())),
+               dv = Up(std::vector<Bf16>(v.size())), dik = Up(std::vector<Bf16>(ik.size()));
+  SyntheticTokensParams p{cfg,
+                          5,
+                          4,
+                          128,
+                          dt.get<int32_t>(),
+                          int64_t(tokens.size()),
+                          1000,
+                          dk.get<Bf16>(),
+                          dv.get<Bf16>(),
+                          dik.get<Bf16>()};
   ASSERT_TRUE(SyntheticTokensCuda(p, nullptr).ok());
   auto bits = [](const std::vector<Bf16>& x) {
     std::vector<uint16_t> b(x.size());
@@ -418,7 +458,8 @@ TEST_F(CudaKernelsTest, UnsupportedCombinationsAreNamed) {
   const auto q = RandomBf16(rng_, 8 * 128);
   DevicePool dp(pool);
   DeviceBuffer dq = Up(q), dout = Up(out);
-  PagedDecodeParams dev{DeviceAttention(HostAttention(pool, q, out, 8, 0.0f), pool, dp, dq, dout), 0};
+  PagedDecodeParams dev{DeviceAttention(HostAttention(pool, q, out, 8, 0.0f), pool, dp, dq, dout),
+                        0};
   CudaWorkspace ws;
   const absl::Status s = PagedDecodeCuda(dev, ws, nullptr);
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);

@@ -42,7 +42,8 @@ TEST_F(CudaArenaTest, GrowsInGranularChunksAtOneBaseAndRejectsOddChunks) {
   ASSERT_EQ(cudaMemcpy(&probe, base + 12345, 1, cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(probe, 0x5A);
   EXPECT_EQ(arena.GrowTo(65 * g).code(), absl::StatusCode::kResourceExhausted);
-  EXPECT_EQ(CudaArena::Create(0, g + 1, 0, 4 * g).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CudaArena::Create(0, g + 1, 0, 4 * g).status().code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // Runs kvpool_arena_child on `child_device` against a cuda arena on device 0: the child must read
@@ -52,7 +53,8 @@ void ExpectTwoProcessesShareTheArena(int child_device) {
   CudaArena arena = CudaArena::Create(0, 8 * g, 16 * g, 16 * g).value();
   std::vector<uint64_t> page(kPage / 8, 0x0123456789ABCDEFull);
   ASSERT_EQ(cudaMemcpy(arena.base(), page.data(), kPage, cudaMemcpyHostToDevice), cudaSuccess);
-  const std::string path = absl::StrCat("/tmp/kvpool-cuda-", ::getpid(), "-", child_device, ".sock");
+  const std::string path =
+      absl::StrCat("/tmp/kvpool-cuda-", ::getpid(), "-", child_device, ".sock");
   FdChannelServer server = FdChannelServer::Listen(path, AllowList{{::getuid()}, {}}).value();
   const std::string device = std::to_string(child_device);
   const pid_t child = ::fork();
@@ -73,7 +75,8 @@ void ExpectTwoProcessesShareTheArena(int child_device) {
   EXPECT_EQ(peer.Receive(30000).value(), "done");
   std::vector<uint64_t> back(kPage / 8);
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(back.data(), arena.base() + 2 * kPage, kPage, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(back.data(), arena.base() + 2 * kPage, kPage, cudaMemcpyDeviceToHost),
+            cudaSuccess);
   for (uint64_t v : back) ASSERT_EQ(v, 0xFEDCBA9876543210ull);
   ASSERT_TRUE(peer.Send("bye").ok());
   int status = 0;
