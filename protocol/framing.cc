@@ -1,0 +1,98 @@
+#include "protocol/framing.h"
+
+#include <capnp/serialize.h>
+#include <kj/exception.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace kvp {
+
+EnvelopeBuilder::EnvelopeBuilder(uint64_t request_id)
+    : message_(std::make_unique<capnp::MallocMessageBuilder>()),
+      root_(message_->initRoot<wire::Envelope>()) {
+  root_.setSchemaVersion(wire::SCHEMA_VERSION);
+  root_.setRequestId(request_id);
+}
+
+std::vector<zmq::message_t> EnvelopeBuilder::Frame() && {
+  // Every frame holds a reference to the builder; the last one released frees it.
+  auto* owner = new std::shared_ptr<capnp::MallocMessageBuilder>(std::move(message_));
+  const auto segments = (*owner)->getSegmentsForOutput();
+  std::vector<zmq::message_t> frames;
+  frames.reserve(segments.size());
+  for (const auto& segment : segments) {
+    auto* ref = new std::shared_ptr<capnp::MallocMessageBuilder>(*owner);
+    frames.emplace_back(
+        const_cast<capnp::word*>(segment.begin()), segment.size() * sizeof(capnp::word),
+        [](void*, void* hint) {
+          delete static_cast<std::shared_ptr<capnp::MallocMessageBuilder>*>(hint);
+        },
+        ref);
+  }
+  delete owner;
+  return frames;
+}
+
+absl::StatusOr<std::unique_ptr<ParsedEnvelope>> ParseEnvelope(std::vector<zmq::message_t> frames,
+                                                              const WireLimits& limits) {
+  if (frames.empty()) return absl::InvalidArgumentError("empty message");
+  if (frames.size() > limits.max_segments) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("message of ", frames.size(), " frames; at most ", limits.max_segments));
+  }
+  size_t total = 0;
+  for (size_t i = 0; i < frames.size(); ++i) {
+    const size_t size = frames[i].size();
+    if (size == 0 || size % sizeof(capnp::word) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("frame ", i, " has ", size, " bytes, not a whole number of 8-byte words"));
+    }
+    total += size;
+  }
+  if (total > limits.max_message_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "message of ", total, " bytes exceeds the limit of ", limits.max_message_bytes));
+  }
+  std::unique_ptr<ParsedEnvelope> parsed(new ParsedEnvelope());
+  parsed->frames_ = std::move(frames);
+  for (zmq::message_t& frame : parsed->frames_) {
+    const size_t words = frame.size() / sizeof(capnp::word);
+    const auto* data = static_cast<const capnp::word*>(frame.data());
+    if (reinterpret_cast<uintptr_t>(data) % alignof(capnp::word) != 0) {
+      auto copy = std::make_unique<capnp::word[]>(words);
+      std::memcpy(copy.get(), frame.data(), frame.size());
+      data = copy.get();
+      parsed->copies_.push_back(std::move(copy));
+    }
+    parsed->segments_.emplace_back(data, words);
+  }
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords =
+      total / sizeof(capnp::word) * limits.traversal_words_per_message_word;
+  options.nestingLimit = limits.nesting_limit;
+  absl::Status status;
+  kj::Maybe<kj::Exception> failure = kj::runCatchingExceptions([&] {
+    parsed->reader_ = std::make_unique<capnp::SegmentArrayMessageReader>(
+        kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>>(parsed->segments_.data(),
+                                                            parsed->segments_.size()),
+        options);
+    parsed->root_ = parsed->reader_->getRoot<wire::Envelope>();
+    // One full traversal now: malformed pointers and limits fail here, not in the handlers.
+    parsed->root_.totalSize();
+    parsed->root_.getBody().which();
+  });
+  KJ_IF_MAYBE (e, failure) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("not a valid kvpool Envelope: ", e->getDescription().cStr()));
+  }
+  if (parsed->root_.getSchemaVersion() != wire::SCHEMA_VERSION) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("schema version ", parsed->root_.getSchemaVersion(),
+                     "; this build speaks version ", wire::SCHEMA_VERSION));
+  }
+  return parsed;
+}
+
+}  // namespace kvp

@@ -1,0 +1,60 @@
+// Envelopes as ZeroMQ multipart messages (DESIGN.md §6): one frame per Cap'n Proto segment.
+//
+// Sending is zero-copy: the frames point into the builder's segments, and the builder lives until
+// ZeroMQ has released the last of them. Reading enforces WireLimits before and while it reads:
+// frame count, sizes (whole words), total size, traversal and nesting limits. A frame whose data
+// is not 8-byte aligned is copied, never read in place. The whole message is traversed once at
+// parse time, so a malformed message is refused there with a Status, never an exception later.
+#pragma once
+
+#include <capnp/message.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+#include <zmq.hpp>
+
+#include "absl/status/statusor.h"
+#include "protocol/kvpool.capnp.h"
+#include "protocol/wire_limits.h"
+
+namespace kvp {
+
+// An Envelope under construction: schema version and request id already set.
+class EnvelopeBuilder {
+ public:
+  explicit EnvelopeBuilder(uint64_t request_id);
+  wire::Envelope::Builder envelope() { return root_; }
+
+  // The frames to send; the builder's memory moves into them.
+  std::vector<zmq::message_t> Frame() &&;
+
+ private:
+  std::unique_ptr<capnp::MallocMessageBuilder> message_;
+  wire::Envelope::Builder root_;
+};
+
+// A received Envelope and the memory it reads from.
+class ParsedEnvelope {
+ public:
+  wire::Envelope::Reader envelope() const { return root_; }
+  uint64_t request_id() const { return root_.getRequestId(); }
+
+ private:
+  friend absl::StatusOr<std::unique_ptr<ParsedEnvelope>> ParseEnvelope(
+      std::vector<zmq::message_t> frames, const WireLimits& limits);
+  ParsedEnvelope() = default;
+
+  std::vector<zmq::message_t> frames_;
+  std::vector<std::unique_ptr<capnp::word[]>> copies_;  // aligned copies of misaligned frames
+  std::vector<kj::ArrayPtr<const capnp::word>> segments_;
+  std::unique_ptr<capnp::SegmentArrayMessageReader> reader_;
+  wire::Envelope::Reader root_;
+};
+
+// INVALID_ARGUMENT for anything that is not a well-formed Envelope within `limits` (the message
+// says which limit or which part); FAILED_PRECONDITION for another schema version.
+absl::StatusOr<std::unique_ptr<ParsedEnvelope>> ParseEnvelope(std::vector<zmq::message_t> frames,
+                                                              const WireLimits& limits = {});
+
+}  // namespace kvp

@@ -1,0 +1,256 @@
+# The kvpool wire protocol (DESIGN.md §6), schema version 1. Every message on a kvpool ZeroMQ
+# socket is one Envelope, framed as one ZeroMQ frame per Cap'n Proto segment (protocol/framing.h).
+# Installed with the headers so clients in other languages build against the same file.
+#
+# Compatibility: fields are only ever added (new ordinals); a change that old readers would
+# misread bumps schemaVersion, which readers check before anything else.
+@0x9b1883e3720dda76;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("kvp::wire");
+
+const schemaVersion :UInt32 = 1;
+
+# Abseil's codes, same numbers: what the caller should do next (DESIGN.md §7).
+enum StatusCode {
+  ok @0;
+  cancelled @1;
+  unknown @2;
+  invalidArgument @3;
+  deadlineExceeded @4;
+  notFound @5;
+  alreadyExists @6;
+  permissionDenied @7;
+  resourceExhausted @8;
+  failedPrecondition @9;
+  aborted @10;
+  outOfRange @11;
+  unimplemented @12;
+  internal @13;
+  unavailable @14;
+  dataLoss @15;
+  unauthenticated @16;
+}
+
+struct Error {
+  code @0 :StatusCode;
+  message @1 :Text;
+}
+
+enum KvFormat {
+  bf16 @0;
+  fp8E4m3 @1;
+  turbo2 @2;
+  turbo3 @3;
+  turbo4 @4;
+  indexer @5;
+}
+
+struct PoolSpec {
+  numLayers @0 :UInt32;
+  numKvHeads @1 :UInt32;
+  headDim @2 :UInt32;
+  blockSize @3 :UInt32;
+  kFormat @4 :KvFormat;
+  vFormat @5 :KvFormat;
+  vRotation @6 :Bool;
+  indexer @7 :Bool;
+  indexerUe8m0 @8 :Bool;
+  kScales @9 :List(Float32);   # per layer; empty = 1.0
+  vScales @10 :List(Float32);  # per layer; empty = 1.0
+}
+
+enum DType {
+  bf16 @0;
+  float32 @1;
+  int32 @2;
+  int64 @3;
+}
+
+# A dense little-endian row-major tensor.
+struct Tensor {
+  dtype @0 :DType;
+  shape @1 :List(UInt32);
+  data @2 :Data;
+}
+
+# Per-layer activations of new tokens, as the cache write consumes them.
+struct Activations {
+  k @0 :List(Tensor);       # per layer: [tokens, kv_heads, head_dim] bf16
+  v @1 :List(Tensor);       # per layer: [tokens, kv_heads, head_dim] bf16
+  indexK @2 :List(Tensor);  # per layer: [tokens, 128] bf16, pools with an indexer
+}
+
+# Per-layer queries of one decode step.
+struct Queries {
+  q @0 :List(Tensor);            # per layer: [q_heads, head_dim] bf16
+  indexQ @1 :List(Tensor);       # per layer: [64, 128] bf16
+  headWeights @2 :List(Tensor);  # per layer: [64] float32
+}
+
+# Synthetic model only: the step's queries point at an earlier position.
+struct Needle {
+  position @0 :UInt64;
+  gain @1 :Float32;
+}
+
+struct PrefillRequest {
+  sequence @0 :UInt64;
+  tokens @1 :List(Int32);
+  activations @2 :Activations;  # absent: the synthetic model makes them from the tokens
+}
+
+struct PrefillReply {
+  sequence @0 :UInt64;
+  length @1 :UInt64;
+  prefixHitTokens @2 :UInt32;
+}
+
+struct DecodeStep {
+  sequence @0 :UInt64;
+  token @1 :Int32;
+  activations @2 :Activations;  # the new token's K/V; absent: synthetic
+  queries @3 :Queries;          # absent: synthetic
+  needle @4 :Needle;            # synthetic only; absent: none
+}
+
+struct DecodeRequest {
+  steps @0 :List(DecodeStep);
+}
+
+struct DecodeOutput {
+  sequence @0 :UInt64;
+  length @1 :UInt64;
+  out @2 :List(Tensor);   # per layer: [q_heads, head_dim] float32
+  topk @3 :List(Tensor);  # per layer: [k] int32, pools with an indexer
+}
+
+struct DecodeReply {
+  outputs @0 :List(DecodeOutput);
+}
+
+struct ReleaseRequest { sequence @0 :UInt64; }
+struct ReleaseReply { releasedBlocks @0 :UInt32; }
+
+struct ForkRequest {
+  source @0 :UInt64;
+  target @1 :UInt64;
+}
+struct ForkReply { sharedBlocks @0 :UInt32; }
+
+struct StatsRequest {}
+struct StatsReply {
+  blocksFree @0 :UInt64;
+  blocksReserved @1 :UInt64;
+  blocksUsed @2 :UInt64;
+  blocksCached @3 :UInt64;
+  prefixHitBlocks @4 :UInt64;
+  leases @5 :UInt32;
+  sequences @6 :UInt32;
+}
+
+struct HealthRequest {}
+struct HealthReply {
+  ready @0 :Bool;
+  epoch @1 :UInt64;
+  workers @2 :UInt32;
+}
+
+enum Role {
+  prefill @0;
+  decode @1;
+}
+
+struct Capabilities {
+  cuda @0 :Bool;
+  formats @1 :List(KvFormat);
+  headDims @2 :List(UInt32);
+}
+
+struct RegisterRequest {
+  role @0 :Role;
+  gpu @1 :Int32;  # -1: host backend
+  capabilities @2 :Capabilities;
+}
+
+struct RegisterReply {
+  lease @0 :UInt64;
+  spec @1 :PoolSpec;
+  numBlocks @2 :UInt64;
+  fdChannel @3 :Text;  # path of kvpoold's fd channel
+  epoch @4 :UInt64;
+  heartbeatMillis @5 :UInt32;
+}
+
+struct Heartbeat { lease @0 :UInt64; }
+struct HeartbeatReply {}
+
+struct PrefillJob {
+  job @0 :UInt64;
+  sequence @1 :UInt64;
+  tokens @2 :List(Int32);        # the tokens to write (prefix hits left out)
+  firstPosition @3 :UInt64;      # position of tokens[0]
+  slotMapping @4 :List(Int64);   # one slot per token
+  copies @5 :List(BlockCopy);    # copy-on-write, before writing
+  activations @6 :Activations;
+}
+
+struct BlockCopy {
+  source @0 :Int32;
+  target @1 :Int32;
+}
+
+struct DecodeJobStep {
+  sequence @0 :UInt64;
+  token @1 :Int32;
+  position @2 :UInt64;           # of the new token
+  slot @3 :Int64;                # where its K/V go
+  blockTable @4 :List(Int32);
+  copies @5 :List(BlockCopy);
+  activations @6 :Activations;
+  queries @7 :Queries;
+  needle @8 :Needle;
+}
+
+struct DecodeJob {
+  job @0 :UInt64;
+  steps @1 :List(DecodeJobStep);
+}
+
+struct JobDone {
+  job @0 :UInt64;
+  outputs @1 :List(DecodeOutput);  # decode jobs
+}
+
+struct JobFailed {
+  job @0 :UInt64;
+  error @1 :Error;
+}
+
+struct Envelope {
+  schemaVersion @0 :UInt32;
+  requestId @1 :UInt64;  # chosen by the sender of a request, echoed by its reply
+  body :union {
+    error @2 :Error;
+    prefill @3 :PrefillRequest;
+    prefillReply @4 :PrefillReply;
+    decode @5 :DecodeRequest;
+    decodeReply @6 :DecodeReply;
+    release @7 :ReleaseRequest;
+    releaseReply @8 :ReleaseReply;
+    fork @9 :ForkRequest;
+    forkReply @10 :ForkReply;
+    stats @11 :StatsRequest;
+    statsReply @12 :StatsReply;
+    health @13 :HealthRequest;
+    healthReply @14 :HealthReply;
+    register @15 :RegisterRequest;
+    registerReply @16 :RegisterReply;
+    heartbeat @17 :Heartbeat;
+    heartbeatReply @18 :HeartbeatReply;
+    prefillJob @19 :PrefillJob;
+    decodeJob @20 :DecodeJob;
+    jobDone @21 :JobDone;
+    jobFailed @22 :JobFailed;
+  }
+}

@@ -1,0 +1,18 @@
+// How much a reader accepts from the wire (DESIGN.md §6): one place for the numbers.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace kvp {
+
+struct WireLimits {
+  size_t max_message_bytes = size_t{256} << 20;  // a long prompt's K/V tensors fit
+  size_t max_segments = 512;
+  // Cap'n Proto traversal limit, in 8-byte words: a legitimate message is read about once, so
+  // twice its size stops pointer-amplification without refusing real traffic.
+  uint64_t traversal_words_per_message_word = 2;
+  int nesting_limit = 16;  // the schema nests 7 deep at most
+};
+
+}  // namespace kvp
