@@ -62,7 +62,8 @@ class FdPeer {
 
 class FdChannelServer {
  public:
-  // Binds `path` (a stale socket there is replaced) with mode 0600 and listens.
+  // Binds `path` (a stale socket there is replaced) with mode 0600 and listens. It narrows the
+  // process umask for the bind, so call it before other threads create files.
   static absl::StatusOr<FdChannelServer> Listen(const std::string& path, AllowList allow);
   FdChannelServer() = default;
   FdChannelServer(FdChannelServer&&) = default;

@@ -133,7 +133,7 @@ struct AttentionCase {
   int head_dim, kv_heads, q_heads, block_size;
   KvFormat v_format;
   int window;
-  float tau;
+  bool rotation = true;
 };
 
 // Relative L2 and max-abs error of got vs want, with NaN checks.
@@ -188,9 +188,10 @@ AttentionParams DeviceAttention(const AttentionParams& host, TestPool& pool, Dev
 
 TEST_F(CudaKernelsTest, PagedDecodeMatchesTheReference) {
   const AttentionCase cases[] = {
-      {128, 8, 32, 64, KvFormat::kTurbo3, 0, 0.0f},  {128, 2, 8, 16, KvFormat::kTurbo4, 0, 0.0f},
-      {64, 4, 4, 32, KvFormat::kTurbo2, 0, 0.0f},    {256, 1, 16, 64, KvFormat::kTurbo3, 0, 0.0f},
-      {128, 4, 8, 64, KvFormat::kTurbo3, 300, 0.0f}, {128, 2, 20, 16, KvFormat::kTurbo2, 0, 0.0f},
+      {128, 8, 32, 64, KvFormat::kTurbo3, 0},  {128, 2, 8, 16, KvFormat::kTurbo4, 0},
+      {64, 4, 4, 32, KvFormat::kTurbo2, 0},    {256, 1, 16, 64, KvFormat::kTurbo3, 0},
+      {128, 4, 8, 64, KvFormat::kTurbo3, 300}, {128, 2, 20, 16, KvFormat::kTurbo2, 0},
+      {128, 4, 16, 32, KvFormat::kTurbo4, 0, false},
   };
   CudaWorkspace ws;
   for (const AttentionCase& c : cases) {
@@ -199,6 +200,7 @@ TEST_F(CudaKernelsTest, PagedDecodeMatchesTheReference) {
     spec.head_dim = c.head_dim;
     spec.block_size = c.block_size;
     spec.v_format = c.v_format;
+    spec.v_rotation = c.rotation;
     spec.k_scales = {0.5f};
     spec.v_scales = {0.25f};
     TestPool pool(spec, 3700 / c.block_size + 10);
@@ -206,7 +208,7 @@ TEST_F(CudaKernelsTest, PagedDecodeMatchesTheReference) {
     const int n = 5;
     const auto q = RandomBf16(rng_, size_t(n) * c.q_heads * c.head_dim, 2.0f);
     std::vector<float> want(q.size(), kNan);
-    PagedDecodeParams ref{HostAttention(pool, q, want, c.q_heads, c.tau), c.window};
+    PagedDecodeParams ref{HostAttention(pool, q, want, c.q_heads, 0.0f), c.window};
     ASSERT_TRUE(PagedDecodeRef(ref).ok());
     DevicePool dp(pool);
     DeviceBuffer dq = Up(q), dout = Up(std::vector<float>(q.size(), kNan));
