@@ -28,6 +28,7 @@
 
 #include "bench/attach_bench.h"
 #include "bench/kernel_bench.h"
+#include "kvpool/arena/cuda_arena.h"
 #endif
 
 namespace {
@@ -158,7 +159,7 @@ int Kernels(const Flags& flags) {
 }
 
 int Attach(const char* self, const Flags& flags) {
-  double gib = 64, chunk_gib = 1;
+  double gib = 64, chunk_gib = double(kvp::kDefaultCudaChunkBytes) / (1 << 30);
   if (!flags.Positive("gib", &gib) || !flags.Positive("chunk-gib", &chunk_gib)) {
     return Usage("--gib and --chunk-gib take positive numbers");
   }

@@ -15,6 +15,9 @@
 
 namespace kvp {
 
+// Chunks are large so that attaching takes few driver calls (64 for a 64 GiB arena).
+inline constexpr uint64_t kDefaultCudaChunkBytes = uint64_t{1} << 30;
+
 // A reserved virtual range with chunks mapped into it; the common part of owner and importer.
 class CudaMappedRange {
  public:
