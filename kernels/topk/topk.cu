@@ -176,16 +176,21 @@ __global__ void __launch_bounds__(kThreads)
   }
   GridBarrier(barrier, ++phase * layout.ctas_per_row);
   if (!live_row) return;
-  uint32_t gt_before = 0, eq_before = 0, gt_total = 0, eq_total = 0;
-  for (int i = 0; i < layout.ctas_per_row; ++i) {
-    const uint32_t g_i = __ldcg(&row_counts[2 * i]), e_i = __ldcg(&row_counts[2 * i + 1]);
-    if (i < cta) {
-      gt_before += g_i;
-      eq_before += e_i;
-    }
-    gt_total += g_i;
-    eq_total += e_i;
+  // The row's CTAs' counts, one per thread (ctas_per_row <= kThreads), scanned in one pass rather
+  // than read one after another by every thread.
+  __shared__ uint32_t s_gt_before, s_eq_before;
+  const bool holds = static_cast<int>(threadIdx.x) < layout.ctas_per_row;
+  const uint32_t g_i = holds ? __ldcg(&row_counts[2 * threadIdx.x]) : 0u;
+  const uint32_t e_i = holds ? __ldcg(&row_counts[2 * threadIdx.x + 1]) : 0u;
+  uint32_t gt_total, eq_total;
+  const uint32_t g_prefix = BlockExclusiveScan(g_i, &gt_total);
+  const uint32_t e_prefix = BlockExclusiveScan(e_i, &eq_total);
+  if (static_cast<int>(threadIdx.x) == cta) {
+    s_gt_before = g_prefix;
+    s_eq_before = e_prefix;
   }
+  __syncthreads();
+  const uint32_t gt_before = s_gt_before, eq_before = s_eq_before;
   const uint32_t tie_rank0 = eq_before + eq_before_me;
   const uint32_t ties_taken = tie_rank0 >= need ? 0u : min(eq, need - tie_rank0);
   uint32_t unused;
@@ -219,7 +224,7 @@ Layout MakeLayout(const TopkParams& p) {
   }();
   Layout layout;
   const int by_length = (p.scores_stride + kElementsPerCta - 1) / kElementsPerCta;
-  layout.ctas_per_row = max(1, min(by_length, capacity / max(1, p.num_rows)));
+  layout.ctas_per_row = max(1, min(min(by_length, kThreads), capacity / max(1, p.num_rows)));
   layout.rows = max(1, min(p.num_rows, capacity / layout.ctas_per_row));
   return layout;
 }
