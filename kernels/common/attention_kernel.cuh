@@ -242,10 +242,9 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int d = t * (kHeadDim / 4) + 4 * s;
-      qa[s][0] = row0 ? mma::Bf16PairToHalf2(q0[d], q0[d + 1]) : 0u;
-      qa[s][1] = row1 ? mma::Bf16PairToHalf2(q1[d], q1[d + 1]) : 0u;
-      qa[s][2] = row0 ? mma::Bf16PairToHalf2(q0[d + 2], q0[d + 3]) : 0u;
-      qa[s][3] = row1 ? mma::Bf16PairToHalf2(q1[d + 2], q1[d + 3]) : 0u;
+      qa[s][0] = qa[s][1] = qa[s][2] = qa[s][3] = 0u;
+      if (row0) mma::Bf16x4ToHalf2x2(q0 + d, &qa[s][0], &qa[s][2]);
+      if (row1) mma::Bf16x4ToHalf2x2(q1 + d, &qa[s][1], &qa[s][3]);
     }
   }
   const float qk_scale = p.softmax_scale * c.k_codec.scale * kLog2e;

@@ -39,4 +39,24 @@ __device__ __forceinline__ uint32_t Bf16PairToHalf2(uint16_t lo, uint16_t hi) {
   return PackHalf2(__uint_as_float(uint32_t{lo} << 16), __uint_as_float(uint32_t{hi} << 16));
 }
 
+// Four consecutive bf16 at `p` (8-byte aligned) as two f16 pairs: (p[0], p[1]) and (p[2], p[3]).
+// One 8-byte load instead of four 2-byte ones.
+__device__ __forceinline__ void Bf16x4ToHalf2x2(const uint16_t* p, uint32_t* first,
+                                                uint32_t* second) {
+  const uint2 w = *reinterpret_cast<const uint2*>(p);
+  *first = Bf16PairToHalf2(static_cast<uint16_t>(w.x), static_cast<uint16_t>(w.x >> 16));
+  *second = Bf16PairToHalf2(static_cast<uint16_t>(w.y), static_cast<uint16_t>(w.y >> 16));
+}
+
+// Eight consecutive bf16 at `p` (16-byte aligned) as four f16 pairs, in order.
+__device__ __forceinline__ void Bf16x8ToHalf2x4(const uint16_t* p, uint32_t* pairs) {
+  const uint4 w = *reinterpret_cast<const uint4*>(p);
+  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    pairs[i] =
+        Bf16PairToHalf2(static_cast<uint16_t>(words[i]), static_cast<uint16_t>(words[i] >> 16));
+  }
+}
+
 }  // namespace kvp::mma

@@ -14,7 +14,7 @@ namespace kvp {
 namespace {
 
 constexpr int kWarps = kIndexHeads / 16;
-constexpr int kChunk = 128;  // tokens per CTA
+constexpr int kChunk = 256;  // tokens per CTA: the queries each CTA loads are amortized over them
 constexpr int kSteps = kIndexHeadDim / 16;
 constexpr int kRow = kIndexHeadDim + 16;  // staged key row, padded against bank conflicts
 
@@ -68,10 +68,13 @@ __global__ void __launch_bounds__(kWarps * 32) IndexerLogitsKernel(IndexerLogits
     const uint16_t* q = reinterpret_cast<const uint16_t*>(p.index_q) +
                         (int64_t{seq} * kIndexHeads + warp * 16 + nt * 8 + g) * kIndexHeadDim;
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      const int d = t * (kIndexHeadDim / 4) + 4 * s;
-      qb[nt][s][0] = mma::Bf16PairToHalf2(q[d], q[d + 1]);
-      qb[nt][s][1] = mma::Bf16PairToHalf2(q[d + 2], q[d + 3]);
+    for (int s = 0; s < kSteps; s += 2) {  // 16 bytes: dims of k-steps s and s + 1
+      uint32_t pairs[4];
+      mma::Bf16x8ToHalf2x4(q + t * (kIndexHeadDim / 4) + 4 * s, pairs);
+      qb[nt][s][0] = pairs[0];
+      qb[nt][s][1] = pairs[1];
+      qb[nt][s + 1][0] = pairs[2];
+      qb[nt][s + 1][1] = pairs[3];
     }
   }
   // Weights of the C columns this thread holds: heads nt·8 + 2t and nt·8 + 2t + 1.
