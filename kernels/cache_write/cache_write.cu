@@ -1,6 +1,7 @@
 // Cache write on the GPU. One thread owns 16 consecutive elements of one (token, head): a TurboNV
 // group. The D/16 threads of a head sit in one warp, so the cross-group stages of the rotation are
-// xor-shuffles; within a thread the arithmetic is the shared host/device code of kvpool/format,
+// xor-shuffles; within a thread the arithmetic is the shared host/device code of kvpool/format
+// (E4M3 of normal magnitudes goes through the hardware converter, which rounds the same way),
 // which is what makes the bytes identical to the CPU reference.
 #include <cuda_fp8.h>
 

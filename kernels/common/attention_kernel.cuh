@@ -3,10 +3,11 @@
 //
 // Work split: a CTA takes (sequence, kv head, up to 4 tiles of 16 q heads, split of the
 // positions). All its threads stage 64 positions at a time (K, V codes, V scales) into shared
-// memory with cp.async, three stages deep; each warp walks 16-position tiles of the staged chunks
-// for its head tile and keeps its own running max, sum and accumulator, written out as one
-// "part". A second kernel merges the parts of each q head, applies the inverse Walsh-Hadamard
-// rotation once and writes the output.
+// memory with cp.async, three stages deep (positions and block ids are loaded an iteration ahead);
+// each warp walks 16-position tiles of the staged chunks for its head tile with its own running
+// max, sum and accumulator, and at the end the warps of a head tile merge in shared memory into one
+// "part" per CTA. A second kernel merges the parts of each q head, applies the inverse
+// Walsh-Hadamard rotation once and writes the output.
 //
 // Per 16-position tile a warp computes S = Q·Kᵀ (two m16n8k16 per 16 dims; thread t reads 32
 // contiguous K bytes of a row into B fragments), the online softmax on S in the C fragments, and
