@@ -4,8 +4,6 @@
 // positions in index order (elements above T, then ties by lower position), so the output is the
 // reference's exactly. Barriers between the passes are per row (rows never wait for each other, and
 // few CTAs share a counter); the launch is cooperative so every CTA is resident.
-#include <cooperative_groups.h>
-
 #include <cstdint>
 
 #include "kernels/topk/topk_launch.h"
