@@ -21,6 +21,7 @@
 #include <cstdint>
 
 #include "kernels/common/attention_params.h"
+#include "kernels/common/cp_async.cuh"
 #include "kernels/common/launch_status.h"
 #include "kernels/common/mma.cuh"
 #include "kvpool/format/turbo_codebook.h"
@@ -136,24 +137,6 @@ struct Stage {
 template <int kHeadDim, int kVBits>
 inline constexpr int kSharedBytes = kStages* Stage<kHeadDim, kVBits>::kBytes + (4 << (2 * kVBits));
 
-// cp.async of kSize bytes (4, 8 or 16); bytes_valid = 0 fills the destination with zeros.
-template <int kSize>
-__device__ __forceinline__ void CpAsync(void* smem, const void* gmem, int bytes_valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  if constexpr (kSize == 16) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
-                 "r"(bytes_valid));
-  } else {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem),
-                 "n"(kSize), "r"(bytes_valid));
-  }
-}
-__device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_group;\n"); }
-template <int kPending>
-__device__ __forceinline__ void CpAsyncWait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
-}
-
 template <int kHeadDim, int kVBits, bool kSparse>
 __global__ void __launch_bounds__(kWarps * 32)
     AttentionPartsKernel(AttentionParams p, PositionSource src, Plan plan, float* parts) {
@@ -224,9 +207,11 @@ __global__ void __launch_bounds__(kWarps * 32)
     uint8_t* v_dst = st + St::kKBytes + pair * St::kVRow;
     uint8_t* s_dst = st + St::kKBytes + St::kVBytes + pair * St::kSRow;
     for (int o = half * 16; o < kHeadDim; o += 32)
-      CpAsync<16>(k_dst + o, k_row + o, valid ? 16 : 0);
-    for (int o = half * 8; o < St::kVRow; o += 16) CpAsync<8>(v_dst + o, v_row + o, valid ? 8 : 0);
-    for (int o = half * 4; o < St::kSRow; o += 8) CpAsync<4>(s_dst + o, s_row + o, valid ? 4 : 0);
+      cp_async::Copy<16>(k_dst + o, k_row + o, valid ? 16 : 0);
+    for (int o = half * 8; o < St::kVRow; o += 16)
+      cp_async::Copy<8>(v_dst + o, v_row + o, valid ? 8 : 0);
+    for (int o = half * 4; o < St::kSRow; o += 8)
+      cp_async::Copy<4>(s_dst + o, s_row + o, valid ? 4 : 0);
   };
 
   // Q fragments of this warp's 16 heads (rows g and g + 8), dims permuted as in mma.cuh.
@@ -262,16 +247,16 @@ __global__ void __launch_bounds__(kWarps * 32)
   for (int s = 0; s < kStages - 1; ++s) {
     const int32_t pos = position_of(chunk_begin + s);
     if (chunk_begin + s < chunk_end) issue(chunk_begin + s, pos, block_of(pos));
-    CpAsyncCommit();
+    cp_async::Commit();
   }
   int32_t next_pos = position_of(chunk_begin + kStages - 1);  // for the next issue
   int32_t next_block = block_of(next_pos);
   int32_t later_pos = position_of(chunk_begin + kStages);  // for the one after
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
-    CpAsyncWait<kStages - 2>();
+    cp_async::Wait<kStages - 2>();
     __syncthreads();  // chunk is staged, and every warp is done with the stage refilled next
     if (chunk + kStages - 1 < chunk_end) issue(chunk + kStages - 1, next_pos, next_block);
-    CpAsyncCommit();
+    cp_async::Commit();
     // Loads for the next iterations, in flight while this one computes.
     next_pos = later_pos;
     next_block = block_of(later_pos);
@@ -374,7 +359,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int j = 0; j < kNTiles; ++j) mma::MmaF16(acc[j], pa, vb[0][j], vb[1][j]);
     }
   }
-  CpAsyncWait<0>();
+  cp_async::Wait<0>();
 
   // Finish the sums across the quad, then merge the warps of each head tile through shared memory
   // (the stages are free now) into one part per CTA: fewer parts for the combining kernel to read.

@@ -7,6 +7,7 @@
 // (positive, so it commutes with ReLU).
 #include <cstdint>
 
+#include "kernels/common/cp_async.cuh"
 #include "kernels/common/mma.cuh"
 #include "kernels/indexer_logits/indexer_logits_launch.h"
 
@@ -17,12 +18,6 @@ constexpr int kWarps = kIndexHeads / 16;
 constexpr int kChunk = 256;  // tokens per CTA: the queries each CTA loads are amortized over them
 constexpr int kSteps = kIndexHeadDim / 16;
 constexpr int kRow = kIndexHeadDim + 16;  // staged key row, padded against bank conflicts
-
-__device__ __forceinline__ void CpAsync16(void* smem, const void* gmem, int bytes_valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
-               "r"(bytes_valid));
-}
 
 __global__ void __launch_bounds__(kWarps * 32) IndexerLogitsKernel(IndexerLogitsParams p) {
   __shared__ float partial[kWarps][kChunk];
@@ -48,9 +43,9 @@ __global__ void __launch_bounds__(kWarps * 32) IndexerLogitsKernel(IndexerLogits
     const int token = i / 8, part = i % 8;
     const int32_t block = blocks[token];
     const int slot = (chunk0 + token) % c.block_size;
-    CpAsync16(keys + token * kRow + part * 16,
-              c.IndexValues(block < 0 ? 0 : block, block < 0 ? 0 : slot) + part * 16,
-              block < 0 ? 0 : 16);
+    cp_async::Copy<16>(keys + token * kRow + part * 16,
+                       c.IndexValues(block < 0 ? 0 : block, block < 0 ? 0 : slot) + part * 16,
+                       block < 0 ? 0 : 16);
   }
   for (int i = threadIdx.x; i < kChunk; i += blockDim.x) {
     const int32_t block = blocks[i];
@@ -59,7 +54,7 @@ __global__ void __launch_bounds__(kWarps * 32) IndexerLogitsKernel(IndexerLogits
             ? 0.0f
             : *reinterpret_cast<const float*>(c.IndexScale(block, (chunk0 + i) % c.block_size));
   }
-  asm volatile("cp.async.commit_group;\n");
+  cp_async::Commit();
 
   // B fragments: head n = g of n-tile nt is head warp·16 + nt·8 + g; dims permuted as in mma.cuh.
   uint32_t qb[2][kSteps][2];
@@ -85,7 +80,7 @@ __global__ void __launch_bounds__(kWarps * 32) IndexerLogitsKernel(IndexerLogits
     w[nt][1] = p.head_weights[int64_t{seq} * kIndexHeads + warp * 16 + nt * 8 + 2 * t + 1];
   }
 
-  asm volatile("cp.async.wait_group 0;\n");
+  cp_async::Wait<0>();
   __syncthreads();
   for (int base = 0; base < kChunk; base += 16) {
     uint32_t kw[2][kSteps];  // rows g and g + 8

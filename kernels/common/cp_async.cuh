@@ -1,0 +1,27 @@
+// Asynchronous global -> shared copies (sm_80+ cp.async), shared by the kernels that stage data.
+#pragma once
+
+namespace kvp::cp_async {
+
+// Copies kSize bytes (4, 8 or 16); bytes_valid = 0 fills the destination with zeros instead.
+template <int kSize>
+__device__ __forceinline__ void Copy(void* smem, const void* gmem, int bytes_valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if constexpr (kSize == 16) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem),
+                 "r"(bytes_valid));
+  } else {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(dst), "l"(gmem),
+                 "n"(kSize), "r"(bytes_valid));
+  }
+}
+
+__device__ __forceinline__ void Commit() { asm volatile("cp.async.commit_group;\n"); }
+
+// Waits until at most kPending of this thread's committed groups are still in flight.
+template <int kPending>
+__device__ __forceinline__ void Wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(kPending));
+}
+
+}  // namespace kvp::cp_async
