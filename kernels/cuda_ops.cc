@@ -21,24 +21,35 @@ absl::StatusOr<void*> CudaWorkspace::Get(size_t bytes) {
   return buffer_.get();
 }
 
+namespace {
+
+// Sizes the workspace for one launch, grows it if needed, and launches with it.
+template <typename Launch>
+absl::Status LaunchWithWorkspace(size_t bytes, CudaWorkspace& workspace, const char* op,
+                                 Launch&& launch) {
+  absl::StatusOr<void*> ws = workspace.Get(bytes);
+  if (!ws.ok()) return ws.status();
+  return LaunchToStatus(launch(*ws, bytes), op);
+}
+
+}  // namespace
+
 absl::Status CacheWriteCuda(const CacheWriteParams& p, cudaStream_t stream) {
   return LaunchToStatus(CacheWriteLaunch(p, stream), "cache write");
 }
 
 absl::Status PagedDecodeCuda(const PagedDecodeParams& p, CudaWorkspace& workspace,
                              cudaStream_t stream) {
-  const size_t bytes = PagedDecodeWorkspaceBytes(p);
-  absl::StatusOr<void*> ws = workspace.Get(bytes);
-  if (!ws.ok()) return ws.status();
-  return LaunchToStatus(PagedDecodeLaunch(p, *ws, bytes, stream), "paged decode");
+  return LaunchWithWorkspace(
+      PagedDecodeWorkspaceBytes(p), workspace, "paged decode",
+      [&](void* ws, size_t bytes) { return PagedDecodeLaunch(p, ws, bytes, stream); });
 }
 
 absl::Status SparseDecodeCuda(const SparseDecodeParams& p, CudaWorkspace& workspace,
                               cudaStream_t stream) {
-  const size_t bytes = SparseDecodeWorkspaceBytes(p);
-  absl::StatusOr<void*> ws = workspace.Get(bytes);
-  if (!ws.ok()) return ws.status();
-  return LaunchToStatus(SparseDecodeLaunch(p, *ws, bytes, stream), "sparse decode");
+  return LaunchWithWorkspace(
+      SparseDecodeWorkspaceBytes(p), workspace, "sparse decode",
+      [&](void* ws, size_t bytes) { return SparseDecodeLaunch(p, ws, bytes, stream); });
 }
 
 absl::Status IndexerLogitsCuda(const IndexerLogitsParams& p, cudaStream_t stream) {
@@ -46,10 +57,9 @@ absl::Status IndexerLogitsCuda(const IndexerLogitsParams& p, cudaStream_t stream
 }
 
 absl::Status TopkCuda(const TopkParams& p, CudaWorkspace& workspace, cudaStream_t stream) {
-  const size_t bytes = TopkWorkspaceBytes(p);
-  absl::StatusOr<void*> ws = workspace.Get(bytes);
-  if (!ws.ok()) return ws.status();
-  return LaunchToStatus(TopkLaunch(p, *ws, bytes, stream), "top-k");
+  return LaunchWithWorkspace(
+      TopkWorkspaceBytes(p), workspace, "top-k",
+      [&](void* ws, size_t bytes) { return TopkLaunch(p, ws, bytes, stream); });
 }
 
 absl::Status GatherBlocksCuda(const BlockCopyParams& p, cudaStream_t stream) {

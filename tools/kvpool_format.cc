@@ -100,42 +100,39 @@ absl::StatusOr<std::vector<float>> ReadFloats(const std::string& path) {
   return values;
 }
 
+// `result` with the input file named in its error, so the user knows which file was wrong.
+template <typename T>
+absl::StatusOr<T> InFile(const std::string& path, absl::StatusOr<T> result) {
+  if (result.ok()) return result;
+  return absl::Status(result.status().code(), absl::StrCat(path, ": ", result.status().message()));
+}
+
 absl::Status Run(const Command& cmd) {
   const SectionCodecOptions& o = cmd.options;
   if (cmd.verb == "encode") {
     ASSIGN_OR_RETURN(const std::vector<float> values, ReadFloats(cmd.files[0]));
-    absl::StatusOr<std::vector<uint8_t>> bytes = EncodeSections(o, values);
-    if (!bytes.ok()) {
-      return absl::Status(bytes.status().code(),
-                          absl::StrCat(cmd.files[0], ": ", bytes.status().message()));
-    }
-    return WriteFileAtomically(cmd.files[1], *bytes);
+    ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes,
+                     InFile(cmd.files[0], EncodeSections(o, values)));
+    return WriteFileAtomically(cmd.files[1], bytes);
   }
   if (cmd.verb == "decode") {
     ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, ReadFileBytes(cmd.files[0]));
-    absl::StatusOr<std::vector<float>> values = DecodeSections(o, bytes);
-    if (!values.ok()) {
-      return absl::Status(values.status().code(),
-                          absl::StrCat(cmd.files[0], ": ", values.status().message()));
-    }
+    ASSIGN_OR_RETURN(const std::vector<float> values,
+                     InFile(cmd.files[0], DecodeSections(o, bytes)));
     return WriteFileAtomically(cmd.files[1],
-                               absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(values->data()),
-                                                   values->size() * sizeof(float)));
+                               absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(values.data()),
+                                                   values.size() * sizeof(float)));
   }
   ASSIGN_OR_RETURN(const std::vector<float> values, ReadFloats(cmd.files[0]));
-  absl::StatusOr<RoundTripStats> stats = MeasureRoundTrip(o, values);
-  if (!stats.ok()) {
-    return absl::Status(stats.status().code(),
-                        absl::StrCat(cmd.files[0], ": ", stats.status().message()));
-  }
+  ASSIGN_OR_RETURN(const RoundTripStats stats, InFile(cmd.files[0], MeasureRoundTrip(o, values)));
   std::printf("format            %s\n", std::string(KvFormatName(o.format)).c_str());
   std::printf("head_dim          %d\n", o.head_dim);
-  std::printf("vectors           %lld\n", static_cast<long long>(stats->vectors));
-  std::printf("bytes_per_vector  %lld (bf16: %d)\n",
-              static_cast<long long>(stats->bytes_per_vector), 2 * o.head_dim);
-  std::printf("relative_mse      %.6g\n", stats->relative_mse);
-  std::printf("snr_db            %.2f\n", stats->snr_db);
-  std::printf("max_abs_error     %.6g\n", stats->max_abs_error);
+  std::printf("vectors           %lld\n", static_cast<long long>(stats.vectors));
+  std::printf("bytes_per_vector  %lld (bf16: %d)\n", static_cast<long long>(stats.bytes_per_vector),
+              2 * o.head_dim);
+  std::printf("relative_mse      %.6g\n", stats.relative_mse);
+  std::printf("snr_db            %.2f\n", stats.snr_db);
+  std::printf("max_abs_error     %.6g\n", stats.max_abs_error);
   return absl::OkStatus();
 }
 
