@@ -273,7 +273,7 @@ class Bench {
                   tl.median_us,
                   ctx * 136.0 + 2048.0 * KvBytesPerToken(spec),
                   {}};
-    absl::StatusOr<double> graph_us = TimeLayerGraph(layer);
+    absl::StatusOr<double> graph_us = TimeLayerGraph(layer, copies);
     if (graph_us.ok())
       row.extra.push_back({"cuda_graph_us", *graph_us});
     else
@@ -282,8 +282,8 @@ class Bench {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<double> TimeLayerGraph(const std::function<absl::Status(int)>& layer) {
-    const int copies = 8;
+  // One graph per input copy (a graph bakes its pointers in), replayed in rotation.
+  absl::StatusOr<double> TimeLayerGraph(const std::function<absl::Status(int)>& layer, int copies) {
     std::vector<cudaGraphExec_t> execs;
     for (int s = 0; s < copies; ++s) {
       cudaGraph_t graph;

@@ -44,7 +44,7 @@ absl::StatusOr<std::vector<BlockId>> BlockAllocator::Reserve(LeaseId lease, int 
     Block& blk = blocks_[b];
     blk.state = State::kReserved;
     blk.reserved_by = lease;
-    h.reserved.emplace(b, 0);
+    h.reserved.insert(b);
     ++counts_.reserved;
     out.push_back(b);
   }
@@ -172,7 +172,7 @@ int64_t BlockAllocator::ReleaseLease(LeaseId lease) {
   Holdings h = std::move(it->second);
   leases_.erase(it);
   int64_t dropped = 0;
-  for (const auto& [block, unused] : h.reserved) {
+  for (BlockId block : h.reserved) {
     Block& blk = blocks_[block];
     blk.state = State::kFree;
     blk.reserved_by = 0;
@@ -203,7 +203,7 @@ absl::Status BlockAllocator::CheckInvariants() const {
   std::vector<int32_t> held(blocks_.size(), 0);
   std::vector<int32_t> reserved_by_leases(blocks_.size(), 0);
   for (const auto& [lease, h] : leases_) {
-    for (const auto& [block, unused] : h.reserved) {
+    for (BlockId block : h.reserved) {
       ++reserved_by_leases[block];
       if (blocks_[block].reserved_by != lease) {
         return absl::InternalError(absl::StrCat("block ", block, " reserved by two owners"));

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -96,8 +97,8 @@ class BlockAllocator {
     std::list<BlockId>::iterator lru;  // valid while cached
   };
   struct Holdings {
-    absl::flat_hash_map<BlockId, int32_t> reserved;  // value unused (set semantics)
-    absl::flat_hash_map<BlockId, int32_t> refs;      // block -> references held
+    absl::flat_hash_set<BlockId> reserved;
+    absl::flat_hash_map<BlockId, int32_t> refs;  // block -> references held
   };
 
   absl::Status CheckBlock(BlockId block) const;
