@@ -64,7 +64,7 @@ absl::StatusOr<DecodeResult> Decode(const AccuracyConfig& c, const Workload& w, 
   spec.k_format = k_format;
   spec.v_format = v_format;
   ASSIGN_OR_RETURN(const BlockLayout layout, BlockLayout::Create(spec));
-  const int blocks_per_seq = (c.context + spec.block_size - 1) / spec.block_size;
+  const int blocks_per_seq = static_cast<int>(BlocksForTokens(c.context, spec.block_size));
   const int64_t num_blocks = int64_t{c.num_seqs} * blocks_per_seq;
   std::vector<uint8_t> arena(num_blocks * layout.block_stride());
   const LayerCache cache = layout.Layer(arena.data(), num_blocks, 0);
@@ -72,11 +72,10 @@ absl::StatusOr<DecodeResult> Decode(const AccuracyConfig& c, const Workload& w, 
   std::vector<int32_t> tables(num_blocks);
   std::iota(tables.begin(), tables.end(), 0);
   std::vector<int64_t> slots(size_t{static_cast<size_t>(c.num_seqs)} * c.context);
-  std::iota(slots.begin(), slots.end(), 0);  // sequence s owns blocks [s · bps, (s+1) · bps)
-  for (int s = 0; s < c.num_seqs; ++s) {
+  for (int s = 0; s < c.num_seqs; ++s) {  // sequence s owns blocks [s · bps, (s+1) · bps)
     for (int t = 0; t < c.context; ++t) {
-      slots[size_t{static_cast<size_t>(s)} * c.context + t] =
-          int64_t{s} * blocks_per_seq * spec.block_size + t;
+      slots[size_t{static_cast<size_t>(s)} * c.context + t] = SlotOfPosition(
+          &tables[size_t{static_cast<size_t>(s)} * blocks_per_seq], t, spec.block_size);
     }
   }
   CacheWriteParams write;

@@ -16,7 +16,7 @@ absl::StatusOr<GpuPool> BuildGpuPool(const PoolSpec& spec, int num_seqs, int seq
   GpuPool pool(std::move(layout));
   pool.num_seqs = num_seqs;
   pool.seq_len = seq_len;
-  pool.blocks_per_seq = (seq_len + spec.block_size - 1) / spec.block_size;
+  pool.blocks_per_seq = static_cast<int>(BlocksForTokens(seq_len, spec.block_size));
   pool.num_blocks = int64_t{num_seqs} * pool.blocks_per_seq;
   ASSIGN_OR_RETURN(pool.arena,
                    DeviceBuffer::Allocate(pool.num_blocks * pool.layout.block_stride()));
@@ -45,10 +45,8 @@ absl::StatusOr<GpuPool> BuildGpuPool(const PoolSpec& spec, int num_seqs, int seq
       // The previous chunk's kernels read these buffers on `stream`; the copies below do not wait.
       KVP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
       for (int i = 0; i < n; ++i) {
-        const int pos = first + i;
-        host_slots[i] = int64_t{tables[size_t(s) * pool.blocks_per_seq + pos / spec.block_size]} *
-                            spec.block_size +
-                        pos % spec.block_size;
+        host_slots[i] =
+            SlotOfPosition(&tables[size_t(s) * pool.blocks_per_seq], first + i, spec.block_size);
       }
       RETURN_IF_ERROR(slots.CopyFrom(host_slots.data(), n * sizeof(int64_t)));
       RETURN_IF_ERROR(

@@ -14,6 +14,17 @@
 
 namespace kvp {
 
+// The slot of position `pos` of a sequence whose blocks are `block_table` (DESIGN.md §4): slot =
+// block · block_size + offset, the unit of slot mappings.
+KVP_HD int64_t SlotOfPosition(const int32_t* block_table, int64_t pos, int32_t block_size) {
+  return int64_t{block_table[pos / block_size]} * block_size + pos % block_size;
+}
+
+// Blocks needed for `tokens` tokens.
+KVP_HD constexpr int64_t BlocksForTokens(int64_t tokens, int32_t block_size) {
+  return (tokens + block_size - 1) / block_size;
+}
+
 // Byte offsets of one layer's sections from the start of a block. A section the pool does not have
 // (indexer off, no V scales for bf16) has size 0 and shares its offset with the next one.
 struct SectionOffsets {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "kvpool/layout/layer_cache.h"
 #include "kvpool/pool/prefix_hash.h"
 
 namespace kvp {
@@ -59,7 +60,7 @@ absl::StatusOr<AppendPlan> SequenceTable::Append(SeqId seq, LeaseId lease,
   const int64_t have = static_cast<int64_t>(blocks.size()) * block_size_;
   const bool partial = start % block_size_ != 0 && start < end;
   const bool shared_tail = partial && allocator_->RefCount(blocks.back()) > 1;
-  const int64_t fresh = (std::max<int64_t>(end - have, 0) + block_size_ - 1) / block_size_;
+  const int64_t fresh = BlocksForTokens(std::max<int64_t>(end - have, 0), block_size_);
   absl::StatusOr<std::vector<BlockId>> reserved =
       allocator_->Reserve(lease, static_cast<int>(fresh + (shared_tail ? 1 : 0)));
   if (!reserved.ok()) {
@@ -77,7 +78,7 @@ absl::StatusOr<AppendPlan> SequenceTable::Append(SeqId seq, LeaseId lease,
   }
   while (take < p.plan.reserved.size()) blocks.push_back(p.plan.reserved[take++]);
   for (int64_t pos = start; pos < end; ++pos) {
-    p.plan.slots.push_back(int64_t{blocks[pos / block_size_]} * block_size_ + pos % block_size_);
+    p.plan.slots.push_back(SlotOfPosition(blocks.data(), pos, block_size_));
   }
   s.blocks = std::move(blocks);
   s.has_pending = true;

@@ -28,12 +28,12 @@ void TestPool::FillSequences(std::mt19937_64& rng, const std::vector<int32_t>& s
   int64_t blocks_needed = 0;
   for (int32_t len : seq_lens) {
     max_len = std::max(max_len, len);
-    blocks_needed += (len + spec.block_size - 1) / spec.block_size;
+    blocks_needed += BlocksForTokens(len, spec.block_size);
   }
   // One block stays unwritten (all NaN): unused table entries point at it, so a kernel that reads
   // past seq_len reads NaN.
   if (blocks_needed + 1 > num_blocks_) throw std::invalid_argument("TestPool: too few blocks");
-  block_table_stride_ = (max_len + spec.block_size - 1) / spec.block_size;
+  block_table_stride_ = static_cast<int32_t>(BlocksForTokens(max_len, spec.block_size));
 
   std::vector<int32_t> free_blocks(num_blocks_);
   std::iota(free_blocks.begin(), free_blocks.end(), 0);
@@ -42,7 +42,7 @@ void TestPool::FillSequences(std::mt19937_64& rng, const std::vector<int32_t>& s
   block_tables_.assign(seq_lens.size() * block_table_stride_, poison_block);
   size_t next = 0;
   for (size_t s = 0; s < seq_lens.size(); ++s) {
-    const int32_t blocks = (seq_lens[s] + spec.block_size - 1) / spec.block_size;
+    const int32_t blocks = static_cast<int32_t>(BlocksForTokens(seq_lens[s], spec.block_size));
     for (int32_t b = 0; b < blocks; ++b) {
       block_tables_[s * block_table_stride_ + b] = free_blocks[next++];
     }
@@ -53,9 +53,7 @@ void TestPool::FillSequences(std::mt19937_64& rng, const std::vector<int32_t>& s
     const int32_t len = seq_lens[s];
     std::vector<int64_t> slots(len);
     for (int32_t t = 0; t < len; ++t) {
-      slots[t] =
-          int64_t{block_tables_[s * block_table_stride_ + t / spec.block_size]} * spec.block_size +
-          t % spec.block_size;
+      slots[t] = SlotOfPosition(&block_tables_[s * block_table_stride_], t, spec.block_size);
     }
     for (int l = 0; l < spec.num_layers; ++l) {
       const std::vector<Bf16> k = RandomBf16(rng, static_cast<size_t>(len) * row, k_std);
