@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/common/host_dot.h"
 
 namespace kvp {
 
@@ -48,6 +49,7 @@ absl::Status AttendPositionsRef(const AttentionParams& p, int seq,
   std::vector<float> values(n * d);
   std::vector<double> scores(n);
   std::vector<double> acc(d);
+  std::vector<float> q(d);
   for (int g = 0; g < c.num_kv_heads; ++g) {
     for (size_t i = 0; i < n; ++i) {
       const int32_t pos = positions[i];
@@ -63,11 +65,11 @@ absl::Status AttendPositionsRef(const AttentionParams& p, int seq,
                        &values[i * d]);
     }
     for (int qh = g * group; qh < (g + 1) * group; ++qh) {
-      const Bf16* q = p.q + (int64_t{seq} * p.num_q_heads + qh) * d;
+      const Bf16* q_bf16 = p.q + (int64_t{seq} * p.num_q_heads + qh) * d;
+      for (int e = 0; e < d; ++e) q[e] = Bf16ToFloat(q_bf16[e]);
       double max_score = -std::numeric_limits<double>::infinity();
       for (size_t i = 0; i < n; ++i) {
-        double dot = 0.0;
-        for (int e = 0; e < d; ++e) dot += double{Bf16ToFloat(q[e])} * keys[i * d + e];
+        const double dot = DotF64(q.data(), &keys[i * d], d);
         scores[i] = dot * p.softmax_scale;
         max_score = std::max(max_score, scores[i]);
       }

@@ -1,5 +1,8 @@
 #include "kernels/synthetic/synthetic_fill.h"
 
+#include <array>
+#include <vector>
+
 #include "kvpool/format/indexer_quant.h"
 
 namespace kvp {
@@ -31,16 +34,19 @@ void FillSyntheticQuery(const SyntheticConfig& cfg, const SyntheticShape& shape,
                         uint64_t step_seed, const SyntheticNeedle* needle, Bf16* q) {
   const uint32_t d = shape.head_dim;
   const int group = shape.num_q_heads / shape.num_kv_heads;
+  // The needle's keys, once per kv head (every q head of a group leans on the same one).
+  std::vector<Bf16> keys(needle != nullptr ? size_t{d} * shape.num_kv_heads : 0);
+  for (int g = 0; needle != nullptr && g < shape.num_kv_heads; ++g) {
+    for (uint32_t e = 0; e < d; ++e) {
+      keys[g * d + e] = SyntheticTokenValue(cfg, SyntheticStream::kKey, layer, needle->token,
+                                            needle->position, g, d, e);
+    }
+  }
+  const float gain = needle != nullptr ? needle->gain : 0.0f;
   for (int qh = 0; qh < shape.num_q_heads; ++qh) {
     const uint32_t kv_head = qh / group;
     for (uint32_t e = 0; e < d; ++e) {
-      Bf16 key{0};
-      float gain = 0.0f;
-      if (needle != nullptr) {
-        key = SyntheticTokenValue(cfg, SyntheticStream::kKey, layer, needle->token,
-                                  needle->position, kv_head, d, e);
-        gain = needle->gain;
-      }
+      const Bf16 key = needle != nullptr ? keys[kv_head * d + e] : Bf16{0};
       q[qh * d + e] =
           SyntheticQueryValue(cfg, SyntheticStream::kQuery, layer, step_seed, qh, d, e, gain, key);
     }
@@ -49,17 +55,16 @@ void FillSyntheticQuery(const SyntheticConfig& cfg, const SyntheticShape& shape,
 
 void FillSyntheticIndexQuery(const SyntheticConfig& cfg, int layer, uint64_t step_seed,
                              const SyntheticNeedle* needle, Bf16* index_q, float* weights) {
+  std::array<Bf16, kIndexHeadDim> key{};
+  for (uint32_t e = 0; needle != nullptr && e < kIndexHeadDim; ++e) {
+    key[e] = SyntheticTokenValue(cfg, SyntheticStream::kIndexKey, layer, needle->token,
+                                 needle->position, 0, kIndexHeadDim, e);
+  }
+  const float gain = needle != nullptr ? needle->gain : 0.0f;
   for (uint32_t h = 0; h < kIndexHeads; ++h) {
     for (uint32_t e = 0; e < kIndexHeadDim; ++e) {
-      Bf16 key{0};
-      float gain = 0.0f;
-      if (needle != nullptr) {
-        key = SyntheticTokenValue(cfg, SyntheticStream::kIndexKey, layer, needle->token,
-                                  needle->position, 0, kIndexHeadDim, e);
-        gain = needle->gain;
-      }
       index_q[h * kIndexHeadDim + e] = SyntheticQueryValue(
-          cfg, SyntheticStream::kIndexQuery, layer, step_seed, h, kIndexHeadDim, e, gain, key);
+          cfg, SyntheticStream::kIndexQuery, layer, step_seed, h, kIndexHeadDim, e, gain, key[e]);
     }
     weights[h] = SyntheticIndexWeight(layer, step_seed, h);
   }

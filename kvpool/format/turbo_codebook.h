@@ -3,6 +3,8 @@
 // are T_j = float32(C_j + C_{j+1}) · 0.5, computed with the same two float operations everywhere.
 #pragma once
 
+#include <array>
+
 #include "base/hd.h"
 
 namespace kvp {
@@ -45,14 +47,34 @@ struct TurboCodebook<4> {
 // Level of a run-time code as a tree of selects over compile-time constants: no table in memory,
 // so device code keeps it in registers.
 template <int kBits, int kFirst = 0, int kCount = (1 << kBits)>
-KVP_HD constexpr float TurboLevel(int code) {
+KVP_HD constexpr float TurboLevelSelect(int code) {
   if constexpr (kCount == 1) {
     return TurboCodebook<kBits>::Level(kFirst);
   } else {
     constexpr int kHalf = kCount / 2;
-    return code < kFirst + kHalf ? TurboLevel<kBits, kFirst, kHalf>(code)
-                                 : TurboLevel<kBits, kFirst + kHalf, kHalf>(code);
+    return code < kFirst + kHalf ? TurboLevelSelect<kBits, kFirst, kHalf>(code)
+                                 : TurboLevelSelect<kBits, kFirst + kHalf, kHalf>(code);
   }
+}
+
+// The levels as a table, for the host, where a load beats a chain of unpredictable branches.
+template <int kBits>
+struct TurboLevelTable {
+  static constexpr auto kLevels = [] {
+    std::array<float, (1 << kBits)> t{};
+    for (int c = 0; c < (1 << kBits); ++c) t[c] = TurboCodebook<kBits>::Level(c);
+    return t;
+  }();
+};
+
+// Level of code `code` (0 <= code < 2^kBits): the same value on host and device.
+template <int kBits>
+KVP_HD constexpr float TurboLevel(int code) {
+#ifdef __CUDA_ARCH__
+  return TurboLevelSelect<kBits>(code);
+#else
+  return TurboLevelTable<kBits>::kLevels[code];
+#endif
 }
 
 // Boundary between code j and code j + 1: float32(C_j + C_{j+1}) · 0.5, each step one IEEE
