@@ -74,4 +74,8 @@ absl::Status SyntheticTokensCuda(const SyntheticTokensParams& p, cudaStream_t st
   return LaunchToStatus(SyntheticTokensLaunch(p, stream), "synthetic tokens");
 }
 
+absl::Status SyntheticQueriesCuda(const SyntheticQueriesParams& p, cudaStream_t stream) {
+  return LaunchToStatus(SyntheticQueriesLaunch(p, stream), "synthetic queries");
+}
+
 }  // namespace kvp

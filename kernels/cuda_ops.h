@@ -41,5 +41,6 @@ absl::Status TopkCuda(const TopkParams& p, CudaWorkspace& workspace, cudaStream_
 absl::Status GatherBlocksCuda(const BlockCopyParams& p, cudaStream_t stream);
 absl::Status ScatterBlocksCuda(const BlockCopyParams& p, cudaStream_t stream);
 absl::Status SyntheticTokensCuda(const SyntheticTokensParams& p, cudaStream_t stream);
+absl::Status SyntheticQueriesCuda(const SyntheticQueriesParams& p, cudaStream_t stream);
 
 }  // namespace kvp
