@@ -75,6 +75,7 @@ class FdChannelServer {
   absl::StatusOr<FdPeer> Accept(int timeout_ms);
 
   const std::string& path() const { return path_; }
+  int fd() const { return listener_.get(); }  // readable when a peer is waiting (for poll)
 
  private:
   UniqueFd listener_;

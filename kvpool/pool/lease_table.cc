@@ -9,9 +9,11 @@ namespace kvp {
 LeaseTable::LeaseTable(const Clock* clock, int64_t expiry_micros)
     : clock_(clock), expiry_micros_(expiry_micros) {}
 
-LeaseId LeaseTable::Grant(std::string holder) {
+LeaseId LeaseTable::Grant(std::string holder) { return Grant(std::move(holder), expiry_micros_); }
+
+LeaseId LeaseTable::Grant(std::string holder, int64_t expiry_micros) {
   const LeaseId id = next_++;
-  leases_.emplace(id, Lease{std::move(holder), clock_->NowMicros() + expiry_micros_});
+  leases_.emplace(id, Lease{std::move(holder), expiry_micros, clock_->NowMicros() + expiry_micros});
   return id;
 }
 
@@ -21,7 +23,7 @@ absl::Status LeaseTable::Renew(LeaseId lease) {
   if (it == leases_.end() || it->second.deadline_micros < now) {
     return absl::AbortedError(absl::StrCat("lease ", lease, " has expired; register again"));
   }
-  it->second.deadline_micros = now + expiry_micros_;
+  it->second.deadline_micros = now + it->second.expiry_micros;
   return absl::OkStatus();
 }
 

@@ -22,8 +22,11 @@ class LeaseTable {
   // REQUIRES: clock outlives the table; expiry_micros > 0.
   LeaseTable(const Clock* clock, int64_t expiry_micros = kDefaultLeaseExpiryMicros);
 
-  // A new lease for `holder` (a name for logs and metrics), alive until now + expiry.
+  // A new lease for `holder` (a name for logs and metrics), alive until now + expiry; each renewal
+  // extends it by the same expiry. The second form gives this lease its own expiry (clients that
+  // do not heartbeat every second).
   LeaseId Grant(std::string holder);
+  LeaseId Grant(std::string holder, int64_t expiry_micros);
 
   // A heartbeat: pushes the deadline to now + expiry. ABORTED when the lease is unknown or has
   // expired: the holder must re-register (DESIGN.md §7).
@@ -43,6 +46,7 @@ class LeaseTable {
  private:
   struct Lease {
     std::string holder;
+    int64_t expiry_micros;
     int64_t deadline_micros;
   };
   const Clock* clock_;

@@ -179,6 +179,18 @@ absl::StatusOr<int64_t> SequenceTable::Length(SeqId seq) const {
   return it->second.length;
 }
 
+absl::StatusOr<LeaseId> SequenceTable::Owner(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
+  return it->second.owner;
+}
+
+absl::StatusOr<bool> SequenceTable::HasPending(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
+  return it->second.has_pending;
+}
+
 absl::StatusOr<std::vector<BlockId>> SequenceTable::Blocks(SeqId seq) const {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));

@@ -61,8 +61,12 @@ class SequenceTable {
 
   // NOT_FOUND for an unknown sequence.
   absl::StatusOr<int64_t> Length(SeqId seq) const;  // committed tokens
-  absl::StatusOr<std::vector<BlockId>> Blocks(SeqId seq) const;
+  absl::StatusOr<std::vector<BlockId>> Blocks(SeqId seq) const;  // a pending append's included
+  absl::StatusOr<LeaseId> Owner(SeqId seq) const;
+  // True while an append is planned but neither committed nor aborted.
+  absl::StatusOr<bool> HasPending(SeqId seq) const;
   bool Contains(SeqId seq) const { return seqs_.contains(seq); }
+  size_t size() const { return seqs_.size(); }
 
  private:
   struct Pending {
