@@ -10,20 +10,19 @@
 namespace kvp {
 
 EnvelopeBuilder::EnvelopeBuilder(uint64_t request_id)
-    : message_(std::make_unique<capnp::MallocMessageBuilder>()),
+    : message_(std::make_shared<capnp::MallocMessageBuilder>()),
       root_(message_->initRoot<wire::Envelope>()) {
   root_.setSchemaVersion(wire::SCHEMA_VERSION);
   root_.setRequestId(request_id);
 }
 
-std::vector<zmq::message_t> EnvelopeBuilder::Frame() && {
+std::vector<zmq::message_t> EnvelopeBuilder::Frame() const {
   // Every frame holds a reference to the builder; the last one released frees it.
-  auto* owner = new std::shared_ptr<capnp::MallocMessageBuilder>(std::move(message_));
-  const auto segments = (*owner)->getSegmentsForOutput();
+  const auto segments = message_->getSegmentsForOutput();
   std::vector<zmq::message_t> frames;
   frames.reserve(segments.size());
   for (const auto& segment : segments) {
-    auto* ref = new std::shared_ptr<capnp::MallocMessageBuilder>(*owner);
+    auto* ref = new std::shared_ptr<capnp::MallocMessageBuilder>(message_);
     frames.emplace_back(
         const_cast<capnp::word*>(segment.begin()), segment.size() * sizeof(capnp::word),
         [](void*, void* hint) {
@@ -31,12 +30,13 @@ std::vector<zmq::message_t> EnvelopeBuilder::Frame() && {
         },
         ref);
   }
-  delete owner;
   return frames;
 }
 
 absl::StatusOr<std::unique_ptr<ParsedEnvelope>> ParseEnvelope(std::vector<zmq::message_t> frames,
-                                                              const WireLimits& limits) {
+                                                              const WireLimits& limits,
+                                                              uint64_t* request_id) {
+  if (request_id != nullptr) *request_id = 0;
   if (frames.empty()) return absl::InvalidArgumentError("empty message");
   if (frames.size() > limits.max_segments) {
     return absl::InvalidArgumentError(
@@ -68,25 +68,29 @@ absl::StatusOr<std::unique_ptr<ParsedEnvelope>> ParseEnvelope(std::vector<zmq::m
     }
     parsed->segments_.emplace_back(data, words);
   }
+  const kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>> segments(parsed->segments_.data(),
+                                                                     parsed->segments_.size());
+  const uint64_t words = total / sizeof(capnp::word);
   capnp::ReaderOptions options;
-  options.traversalLimitInWords =
-      total / sizeof(capnp::word) * limits.traversal_words_per_message_word;
+  options.traversalLimitInWords = words * limits.traversal_words_per_message_word;
   options.nestingLimit = limits.nesting_limit;
-  absl::Status status;
   kj::Maybe<kj::Exception> failure = kj::runCatchingExceptions([&] {
-    parsed->reader_ = std::make_unique<capnp::SegmentArrayMessageReader>(
-        kj::ArrayPtr<const kj::ArrayPtr<const capnp::word>>(parsed->segments_.data(),
-                                                            parsed->segments_.size()),
-        options);
+    // One full traversal under the tight limit: malformed pointers, aliasing amplification and
+    // nesting fail here, not in the handlers.
+    capnp::SegmentArrayMessageReader check(segments, options);
+    check.getRoot<wire::Envelope>().totalSize();
+    // The handlers' reader: the message is known to be sound, and handlers read each part a
+    // bounded number of times, so its limit only needs headroom over one traversal.
+    options.traversalLimitInWords = words * limits.handler_reads_per_message_word;
+    parsed->reader_ = std::make_unique<capnp::SegmentArrayMessageReader>(segments, options);
     parsed->root_ = parsed->reader_->getRoot<wire::Envelope>();
-    // One full traversal now: malformed pointers and limits fail here, not in the handlers.
-    parsed->root_.totalSize();
     parsed->root_.getBody().which();
   });
   KJ_IF_MAYBE (e, failure) {
     return absl::InvalidArgumentError(
         absl::StrCat("not a valid kvpool Envelope: ", e->getDescription().cStr()));
   }
+  if (request_id != nullptr) *request_id = parsed->root_.getRequestId();
   if (parsed->root_.getSchemaVersion() != wire::SCHEMA_VERSION) {
     return absl::FailedPreconditionError(
         absl::StrCat("schema version ", parsed->root_.getSchemaVersion(),

@@ -25,12 +25,15 @@ class EnvelopeBuilder {
  public:
   explicit EnvelopeBuilder(uint64_t request_id);
   wire::Envelope::Builder envelope() { return root_; }
+  uint64_t request_id() const { return root_.asReader().getRequestId(); }
 
-  // The frames to send; the builder's memory moves into them.
-  std::vector<zmq::message_t> Frame() &&;
+  // The frames to send, pointing into the builder's segments, which live until the builder and
+  // every frame made from it are gone. Framing again re-sends the same message (a re-queued job);
+  // do not change the envelope while frames of it are in flight.
+  std::vector<zmq::message_t> Frame() const;
 
  private:
-  std::unique_ptr<capnp::MallocMessageBuilder> message_;
+  std::shared_ptr<capnp::MallocMessageBuilder> message_;
   wire::Envelope::Builder root_;
 };
 
@@ -42,7 +45,7 @@ class ParsedEnvelope {
 
  private:
   friend absl::StatusOr<std::unique_ptr<ParsedEnvelope>> ParseEnvelope(
-      std::vector<zmq::message_t> frames, const WireLimits& limits);
+      std::vector<zmq::message_t> frames, const WireLimits& limits, uint64_t* request_id);
   ParsedEnvelope() = default;
 
   std::vector<zmq::message_t> frames_;
@@ -53,8 +56,11 @@ class ParsedEnvelope {
 };
 
 // INVALID_ARGUMENT for anything that is not a well-formed Envelope within `limits` (the message
-// says which limit or which part); FAILED_PRECONDITION for another schema version.
+// says which limit or which part); FAILED_PRECONDITION for another schema version. When the
+// envelope was readable, *request_id (if given) is its request id even on error, so the error
+// reply can carry it; otherwise 0.
 absl::StatusOr<std::unique_ptr<ParsedEnvelope>> ParseEnvelope(std::vector<zmq::message_t> frames,
-                                                              const WireLimits& limits = {});
+                                                              const WireLimits& limits = {},
+                                                              uint64_t* request_id = nullptr);
 
 }  // namespace kvp

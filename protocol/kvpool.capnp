@@ -92,6 +92,7 @@ struct Queries {
 struct Needle {
   position @0 :UInt64;
   gain @1 :Float32;
+  token @2 :Int32;  # the token at `position`: its key is what the query leans on
 }
 
 struct PrefillRequest {
@@ -114,8 +115,16 @@ struct DecodeStep {
   needle @4 :Needle;            # synthetic only; absent: none
 }
 
+# Which layers' outputs a decode reply carries: every layer (tests, accuracy), or the last one
+# (what a model passes on; keeps replies small for deep pools).
+enum OutputLayers {
+  all @0;
+  last @1;
+}
+
 struct DecodeRequest {
   steps @0 :List(DecodeStep);
+  outputLayers @1 :OutputLayers;
 }
 
 struct DecodeOutput {
@@ -127,6 +136,7 @@ struct DecodeOutput {
 
 struct DecodeReply {
   outputs @0 :List(DecodeOutput);
+  workerMicros @1 :UInt64;  # the worker's time executing the job (kernels included)
 }
 
 struct ReleaseRequest { sequence @0 :UInt64; }
@@ -154,7 +164,27 @@ struct HealthReply {
   ready @0 :Bool;
   epoch @1 :UInt64;
   workers @2 :UInt32;
+  draining @3 :Bool;
+  spec @4 :PoolSpec;   # what tensors sent to this pool must look like
+  model @5 :Model;
 }
+
+# Engine attachments write the cache themselves: Append reserves the slots of new tokens, the
+# engine writes them, then Commit makes them readable or Abort returns them (DESIGN.md §6).
+struct AppendRequest {
+  sequence @0 :UInt64;
+  tokens @1 :List(Int32);
+}
+struct AppendReply {
+  prefixHitTokens @0 :UInt32;
+  slots @1 :List(Int64);          # one per token after the prefix hits
+  copies @2 :List(BlockCopy);     # copy-on-write, before writing
+  blockTable @3 :List(Int32);     # the sequence's blocks with the append
+}
+struct CommitRequest { sequence @0 :UInt64; }
+struct CommitReply { length @0 :UInt64; }
+struct AbortRequest { sequence @0 :UInt64; }
+struct AbortReply { length @0 :UInt64; }
 
 enum Role {
   prefill @0;
@@ -171,6 +201,14 @@ struct RegisterRequest {
   role @0 :Role;
   gpu @1 :Int32;  # -1: host backend
   capabilities @2 :Capabilities;
+  pid @3 :UInt32;  # for logs
+}
+
+# The model the decode jobs run: what the pool spec does not say.
+struct Model {
+  numQHeads @0 :UInt32;
+  topk @1 :UInt32;          # positions the indexer selects per layer (pools with an indexer)
+  syntheticSeed @2 :UInt64; # the synthetic model's seed
 }
 
 struct RegisterReply {
@@ -180,9 +218,14 @@ struct RegisterReply {
   fdChannel @3 :Text;  # path of kvpoold's fd channel
   epoch @4 :UInt64;
   heartbeatMillis @5 :UInt32;
+  model @6 :Model;
+  leaseExpiryMillis @7 :UInt32;
 }
 
-struct Heartbeat { lease @0 :UInt64; }
+struct Heartbeat {
+  lease @0 :UInt64;  # 0: a client's heartbeat (its lease is keyed by its name)
+  epoch @1 :UInt64;  # the kvpoold instance that granted the lease (RegisterReply.epoch)
+}
 struct HeartbeatReply {}
 
 struct PrefillJob {
@@ -215,11 +258,13 @@ struct DecodeJobStep {
 struct DecodeJob {
   job @0 :UInt64;
   steps @1 :List(DecodeJobStep);
+  outputLayers @2 :OutputLayers;
 }
 
 struct JobDone {
   job @0 :UInt64;
   outputs @1 :List(DecodeOutput);  # decode jobs
+  execMicros @2 :UInt64;           # time spent executing it
 }
 
 struct JobFailed {
@@ -252,5 +297,11 @@ struct Envelope {
     decodeJob @20 :DecodeJob;
     jobDone @21 :JobDone;
     jobFailed @22 :JobFailed;
+    append @23 :AppendRequest;
+    appendReply @24 :AppendReply;
+    commit @25 :CommitRequest;
+    commitReply @26 :CommitReply;
+    abort @27 :AbortRequest;
+    abortReply @28 :AbortReply;
   }
 }

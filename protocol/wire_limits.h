@@ -12,6 +12,8 @@ struct WireLimits {
   // Cap'n Proto traversal limit, in 8-byte words: a legitimate message is read about once, so
   // twice its size stops pointer-amplification without refusing real traffic.
   uint64_t traversal_words_per_message_word = 2;
+  // What handlers may read afterwards (fields read more than once, lists walked twice).
+  uint64_t handler_reads_per_message_word = 64;
   int nesting_limit = 16;  // the schema nests 7 deep at most
 };
 

@@ -16,7 +16,7 @@ std::vector<zmq::message_t> PrefillMessage(uint64_t request_id, int tokens) {
   prefill.setSequence(77);
   auto list = prefill.initTokens(tokens);
   for (int i = 0; i < tokens; ++i) list.set(i, i * 3);
-  return std::move(b).Frame();
+  return b.Frame();
 }
 
 // Copies of the frames (what arrives from a socket).
@@ -97,7 +97,7 @@ TEST(FramingTest, AnotherSchemaVersionIsAFailedPrecondition) {
   EnvelopeBuilder b(3);
   b.envelope().setSchemaVersion(wire::SCHEMA_VERSION + 1);
   b.envelope().getBody().initHealth();
-  const auto status = ParseEnvelope(std::move(b).Frame()).status();
+  const auto status = ParseEnvelope(b.Frame()).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(status.message().find("schema version"), absl::string_view::npos);
 }
@@ -131,7 +131,7 @@ TEST(StatusCodecTest, EveryCodeRoundTrips) {
                           code == 0 ? "" : "why " + std::to_string(code));
     EnvelopeBuilder b(1);
     StatusToWire(in, b.envelope().getBody().initError());
-    auto parsed = ParseEnvelope(std::move(b).Frame()).value();
+    auto parsed = ParseEnvelope(b.Frame()).value();
     const absl::Status out = StatusFromWire(parsed->envelope().getBody().getError());
     EXPECT_EQ(out.code(), in.code());
     EXPECT_EQ(out.message(), in.message());

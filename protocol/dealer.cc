@@ -1,0 +1,66 @@
+#include "protocol/dealer.h"
+
+#include <chrono>
+#include <zmq_addon.hpp>
+
+#include "absl/strings/str_cat.h"
+#include "protocol/status_codec.h"
+
+namespace kvp {
+
+Dealer::Dealer(zmq::context_t& context, const std::string& endpoint, const std::string& identity)
+    : socket_(context, zmq::socket_type::dealer) {
+  if (!identity.empty()) socket_.set(zmq::sockopt::routing_id, identity);
+  socket_.set(zmq::sockopt::linger, 0);
+  socket_.set(zmq::sockopt::sndtimeo, 5000);
+  socket_.connect(endpoint);
+}
+
+absl::Status Dealer::Send(const EnvelopeBuilder& message) {
+  std::vector<zmq::message_t> frames = message.Frame();
+  try {
+    if (!zmq::send_multipart(socket_, frames)) {
+      return absl::UnavailableError("kvpoold is not accepting messages (send timed out)");
+    }
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(absl::StrCat("sending to kvpoold: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Dealer::Receive(int timeout_ms) {
+  zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+  if (zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) == 0) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("no message from kvpoold within ", timeout_ms, " ms"));
+  }
+  std::vector<zmq::message_t> frames;
+  if (!zmq::recv_multipart(socket_, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
+    return absl::DeadlineExceededError("a message was announced but not there");
+  }
+  return ParseEnvelope(std::move(frames));
+}
+
+absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Dealer::Call(const EnvelopeBuilder& message,
+                                                             int timeout_ms) {
+  const uint64_t id = message.request_id();
+  if (absl::Status s = Send(message); !s.ok()) return s;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          deadline - std::chrono::steady_clock::now())
+                          .count();
+    if (left <= 0) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no reply from kvpoold within ", timeout_ms, " ms"));
+    }
+    absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = Receive(static_cast<int>(left));
+    if (!reply.ok()) return reply;
+    if ((*reply)->request_id() != id) continue;
+    const auto body = (*reply)->envelope().getBody();
+    if (body.isError()) return StatusFromWire(body.getError());
+    return reply;
+  }
+}
+
+}  // namespace kvp

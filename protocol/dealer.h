@@ -1,0 +1,36 @@
+// A DEALER socket to kvpoold: what workers and clients talk through. Send frames an Envelope;
+// Receive parses one within the wire limits; Call does both and waits for the reply carrying the
+// same request id, turning an error reply into its Status.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <zmq.hpp>
+
+#include "absl/status/statusor.h"
+#include "protocol/framing.h"
+
+namespace kvp {
+
+class Dealer {
+ public:
+  // Connects (lazily, as ZeroMQ does) to `endpoint` with routing id `identity` (empty: random).
+  Dealer(zmq::context_t& context, const std::string& endpoint, const std::string& identity);
+
+  // UNAVAILABLE when the message cannot be queued within the send timeout.
+  absl::Status Send(const EnvelopeBuilder& message);
+  // DEADLINE_EXCEEDED when nothing arrives within timeout_ms; INVALID_ARGUMENT for a malformed
+  // message.
+  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Receive(int timeout_ms);
+  // The reply to `message`: an error reply becomes its Status; replies to other request ids (left
+  // over from calls that timed out) are dropped. DEADLINE_EXCEEDED after timeout_ms.
+  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Call(const EnvelopeBuilder& message,
+                                                       int timeout_ms);
+
+  zmq::socket_t& socket() { return socket_; }
+
+ private:
+  zmq::socket_t socket_;
+};
+
+}  // namespace kvp

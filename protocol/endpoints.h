@@ -1,0 +1,22 @@
+// Where kvpoold listens by default (DESIGN.md §8): a runtime directory of mode 0700 holding the
+// ZeroMQ socket and the fd channel. One place, so the daemon, workers and clients agree.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+
+namespace kvp {
+
+// $KVPOOL_RUNTIME_DIR, else systemd's $RUNTIME_DIRECTORY, else /run/kvpool for root, else
+// $XDG_RUNTIME_DIR/kvpool, else /tmp/kvpool-<uid>.
+std::string DefaultRuntimeDir();
+
+std::string EndpointIn(const std::string& runtime_dir);   // ipc://<dir>/kvpoold.sock
+std::string FdChannelIn(const std::string& runtime_dir);  // <dir>/kvpoold.fds
+
+// Creates `dir` (and parents) if missing and makes it mode 0700 owned by us; FAILED_PRECONDITION
+// when it exists and belongs to someone else.
+absl::Status PrepareRuntimeDir(const std::string& dir);
+
+}  // namespace kvp

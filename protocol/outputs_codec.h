@@ -1,0 +1,28 @@
+// Decode outputs on the wire: per step and returned layer, the attention output
+// [q_heads, head_dim] float32 and, for pools with an indexer, the selected positions [topk] int32.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "protocol/kvpool.capnp.h"
+
+namespace kvp {
+
+struct DecodeStepResult {
+  uint64_t sequence = 0;
+  int64_t length = 0;  // tokens after the step
+  std::vector<std::vector<float>> out;     // per returned layer
+  std::vector<std::vector<int32_t>> topk;  // per returned layer; empty without an indexer
+};
+
+// REQUIRES: every out has num_q_heads · head_dim values.
+void DecodeResultsToWire(const std::vector<DecodeStepResult>& results, uint32_t num_q_heads,
+                         uint32_t head_dim, capnp::List<wire::DecodeOutput>::Builder out);
+
+// INVALID_ARGUMENT for a tensor of the wrong type or size.
+absl::StatusOr<std::vector<DecodeStepResult>> DecodeResultsFromWire(
+    capnp::List<wire::DecodeOutput>::Reader in);
+
+}  // namespace kvp

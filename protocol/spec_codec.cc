@@ -1,0 +1,95 @@
+#include "protocol/spec_codec.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "kernels/topk/topk_params.h"
+
+namespace kvp {
+namespace {
+
+// The wire enum and KvFormat share their numbers (kvpool.capnp, kv_format.h).
+wire::KvFormat ToWire(KvFormat f) { return static_cast<wire::KvFormat>(f); }
+
+absl::StatusOr<KvFormat> FromWire(wire::KvFormat f) {
+  const auto n = static_cast<int>(f);
+  if (n < 0 || n >= kNumKvFormats) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown format number ", n));
+  }
+  return static_cast<KvFormat>(n);
+}
+
+}  // namespace
+
+absl::Status ValidateModelConfig(const ModelConfig& model, const PoolSpec& spec) {
+  if (model.num_q_heads <= 0 || model.num_q_heads % spec.num_kv_heads != 0 ||
+      model.num_q_heads / spec.num_kv_heads > 16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("q heads ", model.num_q_heads, " must be 1 to 16 times the ",
+                     spec.num_kv_heads, " kv heads"));
+  }
+  if (model.topk < 1 || model.topk > kMaxTopk) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top-k ", model.topk, " is outside [1, ", kMaxTopk, "]"));
+  }
+  return absl::OkStatus();
+}
+
+SyntheticConfig SyntheticConfigOf(const ModelConfig& model) {
+  SyntheticConfig cfg;
+  cfg.seed = model.synthetic_seed;
+  return cfg;
+}
+
+SyntheticShape SyntheticShapeOf(const PoolSpec& spec, const ModelConfig& model) {
+  return SyntheticShape{spec.num_kv_heads, model.num_q_heads, spec.head_dim};
+}
+
+uint64_t SyntheticStepSeed(const SyntheticConfig& cfg, int32_t token, int64_t position) {
+  return SyntheticMix(TokenSeed(cfg, token) ^ (static_cast<uint64_t>(position) << 20));
+}
+
+void ModelConfigToWire(const ModelConfig& model, wire::Model::Builder out) {
+  out.setNumQHeads(static_cast<uint32_t>(model.num_q_heads));
+  out.setTopk(static_cast<uint32_t>(model.topk));
+  out.setSyntheticSeed(model.synthetic_seed);
+}
+
+ModelConfig ModelConfigFromWire(wire::Model::Reader in) {
+  return ModelConfig{static_cast<int>(in.getNumQHeads()), static_cast<int>(in.getTopk()),
+                     in.getSyntheticSeed()};
+}
+
+void PoolSpecToWire(const PoolSpec& spec, wire::PoolSpec::Builder out) {
+  out.setNumLayers(spec.num_layers);
+  out.setNumKvHeads(spec.num_kv_heads);
+  out.setHeadDim(spec.head_dim);
+  out.setBlockSize(spec.block_size);
+  out.setKFormat(ToWire(spec.k_format));
+  out.setVFormat(ToWire(spec.v_format));
+  out.setVRotation(spec.v_rotation);
+  out.setIndexer(spec.indexer);
+  out.setIndexerUe8m0(spec.indexer_ue8m0);
+  auto k = out.initKScales(spec.k_scales.size());
+  for (size_t i = 0; i < spec.k_scales.size(); ++i) k.set(i, spec.k_scales[i]);
+  auto v = out.initVScales(spec.v_scales.size());
+  for (size_t i = 0; i < spec.v_scales.size(); ++i) v.set(i, spec.v_scales[i]);
+}
+
+absl::StatusOr<PoolSpec> PoolSpecFromWire(wire::PoolSpec::Reader in) {
+  PoolSpec spec;
+  spec.num_layers = static_cast<int>(in.getNumLayers());
+  spec.num_kv_heads = static_cast<int>(in.getNumKvHeads());
+  spec.head_dim = static_cast<int>(in.getHeadDim());
+  spec.block_size = static_cast<int>(in.getBlockSize());
+  ASSIGN_OR_RETURN(spec.k_format, FromWire(in.getKFormat()));
+  ASSIGN_OR_RETURN(spec.v_format, FromWire(in.getVFormat()));
+  spec.v_rotation = in.getVRotation();
+  spec.indexer = in.getIndexer();
+  spec.indexer_ue8m0 = in.getIndexerUe8m0();
+  for (float s : in.getKScales()) spec.k_scales.push_back(s);
+  for (float s : in.getVScales()) spec.v_scales.push_back(s);
+  RETURN_IF_ERROR(ValidatePoolSpec(spec));
+  return spec;
+}
+
+}  // namespace kvp
