@@ -1,0 +1,133 @@
+// The C++ client of kvpoold (DESIGN.md §6): synchronous calls for every request, plus Send and
+// Receive for callers that keep many requests in flight (kvpoolctl bench).
+//
+// A client's sequences belong to its lease, which kvpoold keys by the client's name (its ZeroMQ
+// routing id): two Client objects with the same name share sequences, and a reconnecting client
+// takes its name over. The lease lives while requests or Heartbeat calls keep coming (kvpoold's
+// --client_lease_ms). Errors are kvpoold's typed statuses; UNAVAILABLE or DEADLINE_EXCEEDED when it
+// does not answer within the timeout.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "absl/status/statusor.h"
+#include "kvpool/layout/pool_spec.h"
+#include "protocol/activations_codec.h"
+#include "protocol/dealer.h"
+#include "protocol/outputs_codec.h"
+#include "protocol/spec_codec.h"
+
+namespace kvp {
+
+struct ClientOptions {
+  std::string endpoint;  // default: ipc://<DefaultRuntimeDir()>/kvpoold.sock
+  std::string name;      // default: unique per process
+  int timeout_ms = 120'000;
+};
+
+struct PrefillResult {
+  int64_t length = 0;
+  int32_t prefix_hit_tokens = 0;
+};
+
+struct NeedleSpec {
+  int64_t position = 0;
+  int32_t token = 0;  // the token at `position`
+  float gain = 0.35f;
+};
+
+struct DecodeStepRequest {
+  uint64_t sequence = 0;
+  int32_t token = 0;
+  std::optional<NeedleSpec> needle;             // synthetic queries only
+  const TokenActivations* activations = nullptr;  // the new token's K/V; null: synthetic
+  const StepQueries* queries = nullptr;           // null: synthetic
+};
+
+struct DecodeResult {
+  std::vector<DecodeStepResult> steps;
+  uint64_t worker_micros = 0;
+};
+
+struct AppendResult {
+  int32_t prefix_hit_tokens = 0;
+  std::vector<int64_t> slots;
+  std::vector<std::pair<int32_t, int32_t>> copies;
+  std::vector<int32_t> block_table;
+};
+
+struct PoolStats {
+  uint64_t blocks_free = 0, blocks_reserved = 0, blocks_used = 0, blocks_cached = 0;
+  uint64_t prefix_hit_blocks = 0;
+  uint32_t leases = 0, sequences = 0;
+};
+
+struct PoolHealth {
+  bool ready = false;
+  bool draining = false;
+  uint64_t epoch = 0;
+  uint32_t workers = 0;
+  PoolSpec spec;
+  ModelConfig model;
+};
+
+class Client {
+ public:
+  explicit Client(ClientOptions options);
+
+  absl::StatusOr<PoolHealth> Health();
+  absl::StatusOr<PoolStats> Stats();
+  absl::Status Heartbeat();
+
+  // Writes `tokens` (appended when the sequence exists). Without activations the synthetic model
+  // makes them; with them, `spec` is the pool's (Health().spec).
+  absl::StatusOr<PrefillResult> Prefill(uint64_t sequence, std::span<const int32_t> tokens,
+                                        const TokenActivations* activations = nullptr,
+                                        const PoolSpec* spec = nullptr);
+  absl::StatusOr<DecodeResult> Decode(const std::vector<DecodeStepRequest>& steps,
+                                      bool last_layer_only = false, const PoolSpec* spec = nullptr,
+                                      const ModelConfig* model = nullptr);
+  absl::StatusOr<uint32_t> Release(uint64_t sequence);
+  absl::StatusOr<uint32_t> Fork(uint64_t source, uint64_t target);
+
+  // Engine attachments: reserve slots, write them yourself, then commit or abort.
+  absl::StatusOr<AppendResult> Append(uint64_t sequence, std::span<const int32_t> tokens);
+  absl::StatusOr<int64_t> Commit(uint64_t sequence);
+  absl::StatusOr<int64_t> Abort(uint64_t sequence);
+
+  // Asynchronous use: a fresh request, sent; replies come back through Receive in any order.
+  EnvelopeBuilder NewRequest() { return EnvelopeBuilder(next_id_++); }
+  absl::Status Send(const EnvelopeBuilder& request) { return dealer_.Send(request); }
+  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Receive(int timeout_ms) {
+    return dealer_.Receive(timeout_ms);
+  }
+
+  // Request builders, shared by the synchronous calls and asynchronous users.
+  static void BuildPrefill(EnvelopeBuilder& request, uint64_t sequence,
+                           std::span<const int32_t> tokens, const TokenActivations* activations,
+                           const PoolSpec* spec);
+  static void BuildDecode(EnvelopeBuilder& request, const std::vector<DecodeStepRequest>& steps,
+                          bool last_layer_only, const PoolSpec* spec, const ModelConfig* model);
+
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Call(const EnvelopeBuilder& request);
+
+  ClientOptions options_;
+  zmq::context_t context_;
+  Dealer dealer_;
+  uint64_t next_id_ = 1;
+};
+
+// The reply to a prefill or decode request, or its error.
+absl::StatusOr<PrefillResult> PrefillResultOf(const ParsedEnvelope& reply);
+absl::StatusOr<DecodeResult> DecodeResultOf(const ParsedEnvelope& reply);
+
+}  // namespace kvp

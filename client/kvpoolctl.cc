@@ -1,0 +1,230 @@
+// kvpoolctl: talk to kvpoold from the command line.
+//
+//   kvpoolctl health | stats
+//   kvpoolctl prefill SEQ [--tokens=N | --token_ids=1,2,3]
+//   kvpoolctl decode SEQ [--token=T] [--steps=N]
+//   kvpoolctl fork SRC DST | release SEQ
+//   kvpoolctl bench [--sequences=16 --prompt=2048 --steps=64 ...] [--json] [--out=FILE]
+//   kvpoolctl bench-control [--requests=20000] [--json] [--out=FILE]
+//
+// Sequences belong to the client name (--name, default "kvpoolctl"), so successive commands see
+// each other's sequences while kvpoold's client lease lasts.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <cmath>
+#include <fstream>
+#include <thread>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "base/status_macros.h"
+#include "client/client.h"
+#include "client/control_bench.h"
+#include "client/progress.h"
+#include "client/workload.h"
+#include "kvpool/format/kv_format_names.h"
+#include "protocol/endpoints.h"
+
+ABSL_FLAG(std::string, endpoint, "", "kvpoold's endpoint; default ipc://<runtime dir>/kvpoold.sock");
+ABSL_FLAG(std::string, name, "kvpoolctl", "client name: sequences belong to it");
+ABSL_FLAG(int, timeout_ms, 120000, "how long to wait for each reply");
+ABSL_FLAG(int, tokens, 64, "prefill: number of synthetic prompt tokens");
+ABSL_FLAG(std::string, token_ids, "", "prefill: explicit token ids, comma-separated");
+ABSL_FLAG(int, token, 1, "decode: the new token id");
+ABSL_FLAG(int, steps, 1, "decode: steps to run");
+ABSL_FLAG(int, sequences, 16, "bench: sequences");
+ABSL_FLAG(int, prompt, 2048, "bench: prompt tokens per sequence");
+ABSL_FLAG(int, decode_steps, 64, "bench: decode steps");
+ABSL_FLAG(int, shared_prefix, 0, "bench: leading prompt tokens all sequences share");
+ABSL_FLAG(int, verify_sequences, 4, "bench: sequences checked against a bf16 reference");
+ABSL_FLAG(bool, last_layer_only, false, "bench: replies carry only the last layer's outputs");
+ABSL_FLAG(double, needle_gain, 0.35, "bench: how strongly each step's query leans on its needle");
+ABSL_FLAG(int, requests, 20000, "bench-control: append + commit pairs");
+ABSL_FLAG(std::string, device, "", "bench: device name recorded in the JSON");
+ABSL_FLAG(bool, json, false, "print JSON instead of a table");
+ABSL_FLAG(std::string, out, "", "also write the JSON report to this file");
+ABSL_FLAG(int, wait_workers_ms, 30000, "bench: wait this long for a prefill and a decode worker");
+
+namespace kvp {
+namespace {
+
+std::string Today() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&now));
+  return buf;
+}
+
+std::string Hostname() {
+  char buf[256] = {};
+  ::gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+absl::StatusOr<uint64_t> Number(const std::vector<char*>& args, size_t i, const char* what) {
+  uint64_t v;
+  if (i >= args.size() || !absl::SimpleAtoi(args[i], &v)) {
+    return absl::InvalidArgumentError(absl::StrCat("expected ", what, " as argument ", i));
+  }
+  return v;
+}
+
+absl::Status Emit(const std::string& table, const std::string& json) {
+  std::cout << (absl::GetFlag(FLAGS_json) ? json : table);
+  const std::string out = absl::GetFlag(FLAGS_out);
+  if (!out.empty()) {
+    std::ofstream file(out);
+    file << json;
+    if (!file) return absl::UnavailableError(absl::StrCat("cannot write ", out));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status WaitForWorkers(Client& client) {
+  const auto deadline = std::chrono::steady_clock::now() +
+                        std::chrono::milliseconds(absl::GetFlag(FLAGS_wait_workers_ms));
+  while (true) {
+    absl::StatusOr<PoolHealth> h = client.Health();
+    if (h.ok() && h->workers >= 2) return absl::OkStatus();
+    if (std::chrono::steady_clock::now() > deadline) {
+      return absl::UnavailableError(
+          h.ok() ? absl::StrCat("only ", h->workers, " workers registered; need a prefill and a "
+                                "decode worker")
+                 : std::string(h.status().message()));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+absl::Status Run(const std::vector<char*>& args) {
+  if (args.size() < 2) return absl::InvalidArgumentError("no command; see --help");
+  const std::string command = args[1];
+  ClientOptions options;
+  options.endpoint = absl::GetFlag(FLAGS_endpoint);
+  options.name = absl::GetFlag(FLAGS_name);
+  options.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
+  Client client(options);
+
+  if (command == "health") {
+    ASSIGN_OR_RETURN(PoolHealth h, client.Health());
+    std::printf("ready=%d draining=%d workers=%u epoch=%llu\npool: %s q_heads=%d topk=%d\n",
+                h.ready, h.draining, h.workers, static_cast<unsigned long long>(h.epoch),
+                h.spec.DebugString().c_str(), h.model.num_q_heads, h.model.topk);
+    return absl::OkStatus();
+  }
+  if (command == "stats") {
+    ASSIGN_OR_RETURN(PoolStats s, client.Stats());
+    std::printf(
+        "blocks: free=%llu reserved=%llu used=%llu cached=%llu\nprefix_hit_blocks=%llu "
+        "leases=%u sequences=%u\n",
+        (unsigned long long)s.blocks_free, (unsigned long long)s.blocks_reserved,
+        (unsigned long long)s.blocks_used, (unsigned long long)s.blocks_cached,
+        (unsigned long long)s.prefix_hit_blocks, s.leases, s.sequences);
+    return absl::OkStatus();
+  }
+  if (command == "prefill") {
+    ASSIGN_OR_RETURN(uint64_t seq, Number(args, 2, "a sequence id"));
+    std::vector<int32_t> tokens;
+    const std::string ids = absl::GetFlag(FLAGS_token_ids);
+    for (absl::string_view part : absl::StrSplit(ids, ',', absl::SkipEmpty())) {
+      int32_t t;
+      if (!absl::SimpleAtoi(part, &t)) {
+        return absl::InvalidArgumentError(absl::StrCat("--token_ids: '", part, "'"));
+      }
+      tokens.push_back(t);
+    }
+    if (tokens.empty()) {
+      WorkloadConfig c;
+      c.prompt_tokens = absl::GetFlag(FLAGS_tokens);
+      c.seed = seq;
+      tokens = WorkloadPrompt(c, 0);
+    }
+    ASSIGN_OR_RETURN(PrefillResult r, client.Prefill(seq, tokens));
+    std::printf("sequence %llu: length %lld (%d prefix-hit tokens)\n",
+                static_cast<unsigned long long>(seq), static_cast<long long>(r.length),
+                r.prefix_hit_tokens);
+    return absl::OkStatus();
+  }
+  if (command == "decode") {
+    ASSIGN_OR_RETURN(uint64_t seq, Number(args, 2, "a sequence id"));
+    for (int i = 0; i < absl::GetFlag(FLAGS_steps); ++i) {
+      DecodeStepRequest step{seq, absl::GetFlag(FLAGS_token), std::nullopt, nullptr, nullptr};
+      ASSIGN_OR_RETURN(DecodeResult r, client.Decode({step}, true));
+      const DecodeStepResult& s = r.steps.at(0);
+      double norm = 0;
+      for (float v : s.out.at(0)) norm += double(v) * v;
+      std::printf("sequence %llu: length %lld, last layer |o| = %.4f, worker %.3f ms\n",
+                  static_cast<unsigned long long>(seq), static_cast<long long>(s.length),
+                  std::sqrt(norm), r.worker_micros * 1e-3);
+    }
+    return absl::OkStatus();
+  }
+  if (command == "fork") {
+    ASSIGN_OR_RETURN(uint64_t src, Number(args, 2, "a source sequence"));
+    ASSIGN_OR_RETURN(uint64_t dst, Number(args, 3, "a target sequence"));
+    ASSIGN_OR_RETURN(uint32_t shared, client.Fork(src, dst));
+    std::printf("sequence %llu shares %u blocks of %llu\n", (unsigned long long)dst, shared,
+                (unsigned long long)src);
+    return absl::OkStatus();
+  }
+  if (command == "release") {
+    ASSIGN_OR_RETURN(uint64_t seq, Number(args, 2, "a sequence id"));
+    ASSIGN_OR_RETURN(uint32_t blocks, client.Release(seq));
+    std::printf("sequence %llu released (%u blocks)\n", (unsigned long long)seq, blocks);
+    return absl::OkStatus();
+  }
+  if (command == "bench") {
+    RETURN_IF_ERROR(WaitForWorkers(client));
+    WorkloadConfig c;
+    c.sequences = absl::GetFlag(FLAGS_sequences);
+    c.prompt_tokens = absl::GetFlag(FLAGS_prompt);
+    c.decode_steps = absl::GetFlag(FLAGS_decode_steps);
+    c.shared_prefix_tokens = absl::GetFlag(FLAGS_shared_prefix);
+    c.verify_sequences = absl::GetFlag(FLAGS_verify_sequences);
+    c.last_layer_only = absl::GetFlag(FLAGS_last_layer_only);
+    c.needle_gain = static_cast<float>(absl::GetFlag(FLAGS_needle_gain));
+    ProgressBar bar;
+    ASSIGN_OR_RETURN(WorkloadReport report,
+                     RunWorkload(client, c, [&](const std::string& phase, int64_t done,
+                                                int64_t total) { bar.Update(phase, done, total); }));
+    return Emit(WorkloadTable(report),
+                WorkloadJson(report, Today(), Hostname(), absl::GetFlag(FLAGS_device)));
+  }
+  if (command == "bench-control") {
+    ProgressBar bar;
+    ASSIGN_OR_RETURN(ControlBenchReport report,
+                     RunControlBench(client, absl::GetFlag(FLAGS_requests),
+                                     [&](int64_t done, int64_t total) {
+                                       bar.Update("requests", done, total);
+                                     }));
+    return Emit(ControlBenchTable(report), ControlBenchJson(report, Today(), Hostname()));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown command '", command, "'; see --help"));
+}
+
+}  // namespace
+}  // namespace kvp
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "kvpoolctl COMMAND [ARGS]: health, stats, prefill SEQ, decode SEQ, fork SRC DST, "
+      "release SEQ, bench, bench-control");
+  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
+  const absl::Status status = kvp::Run(args);
+  if (!status.ok()) {
+    std::fprintf(stderr, "kvpoolctl: %s\n", status.ToString().c_str());
+    return 1;
+  }
+  return 0;
+}

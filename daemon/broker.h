@@ -1,0 +1,159 @@
+// The Broker: kvpoold's request logic, apart from sockets and threads (DESIGN.md §6, §7).
+//
+// It owns no memory: it plans appends on the Pool, sends jobs to workers, commits on success,
+// aborts on failure and answers clients. Every message in is one Handle call, every message out
+// an Outgoing; the daemon's loop moves them between the ROUTER socket and the broker, and tests
+// drive it directly.
+//
+// Ownership of blocks, so that none is lost or handed out twice:
+//   - a sequence and its pending append belong to the client's lease (one per ROUTER identity,
+//     renewed by every request and by heartbeats); workers hold no blocks;
+//   - a job names the sequences it writes; they are "busy" until it ends, and nothing else
+//     (release, fork, commit, another job) touches a busy sequence;
+//   - a worker whose lease expires gives its job back: re-queued to another worker of its role
+//     (up to max_job_attempts), or failed to the client with ABORTED and its append aborted;
+//   - a client whose lease expires loses its sequences; blocks a running job is writing are
+//     returned only when that job ends, so no worker writes into a block given to someone else.
+// Not thread-safe: one loop owns it.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "daemon/metrics.h"
+#include "kvpool/pool/clock.h"
+#include "kvpool/pool/pool.h"
+#include "protocol/framing.h"
+#include "protocol/spec_codec.h"
+#include "protocol/wire_limits.h"
+
+namespace kvp {
+
+inline constexpr size_t kMaxPrefillTokens = size_t{1} << 20;
+inline constexpr size_t kMaxDecodeSteps = 4096;
+
+struct BrokerOptions {
+  ModelConfig model;
+  int32_t gpu = -1;                            // the arena's GPU; -1: host arena
+  int heartbeat_millis = 1000;                 // what workers are told to use
+  int64_t worker_lease_micros = 3'000'000;     // the pool's lease expiry, told to workers
+  int64_t client_lease_micros = 30'000'000;    // clients' sequences outlive short pauses
+  std::string fd_channel_path;                 // where workers fetch the arena
+  uint64_t epoch = 0;                          // changes with every kvpoold start
+  int max_job_attempts = 2;
+  WireLimits limits;
+};
+
+// One message to send on the ROUTER socket: to whom, and its frames.
+struct Outgoing {
+  std::string to;
+  std::vector<zmq::message_t> frames;
+};
+using Outbox = std::vector<Outgoing>;
+
+class Broker {
+ public:
+  // REQUIRES: pool and clock outlive the broker.
+  Broker(Pool* pool, const Clock* clock, BrokerOptions options);
+
+  // One message from the ROUTER peer `from`. Every request gets exactly one reply (now, or when
+  // its job ends); bad input gets an error reply naming what is wrong.
+  void Handle(const std::string& from, std::vector<zmq::message_t> frames, Outbox& out);
+
+  // Reaps expired leases (re-queuing or failing their jobs) and dispatches queued jobs.
+  void Tick(Outbox& out);
+
+  // From now on new prefill, decode and append requests get UNAVAILABLE; jobs in flight finish.
+  void StartDrain() { draining_ = true; }
+  bool draining() const { return draining_; }
+  bool Idle() const { return jobs_.empty(); }
+
+  std::string MetricsText() const;
+  size_t num_workers() const { return workers_.size(); }
+
+ private:
+  using JobId = uint64_t;
+  enum class Role { kPrefill = 0, kDecode = 1 };
+  struct Job {
+    Role role;
+    std::string client;  // ROUTER identity of the requester
+    uint64_t request_id = 0;
+    LeaseId client_lease = 0;
+    std::vector<SeqId> sequences;
+    int32_t prefix_hit_tokens = 0;
+    EnvelopeBuilder message;  // the job as sent; re-sent when re-queued
+    int attempts = 0;
+    LeaseId worker = 0;  // 0 while queued
+    int64_t submitted_micros = 0;
+    bool client_gone = false;  // its client's lease expired: finish without reply or commit
+  };
+  struct Worker {
+    std::string identity;
+    Role role;
+    int32_t gpu = -1;
+    uint32_t pid = 0;
+    std::optional<JobId> job;
+  };
+
+  // Request handlers: OK means the handler queued its own reply or job.
+  absl::Status HandlePrefill(const std::string& from, uint64_t id,
+                             wire::PrefillRequest::Reader r, Outbox& out);
+  absl::Status HandleDecode(const std::string& from, uint64_t id, wire::DecodeRequest::Reader r,
+                            Outbox& out);
+  absl::Status HandleAppend(const std::string& from, uint64_t id, wire::AppendRequest::Reader r,
+                            Outbox& out);
+  absl::Status HandleCommit(const std::string& from, uint64_t id, SeqId seq, bool commit,
+                            Outbox& out);
+  absl::Status HandleRelease(const std::string& from, uint64_t id, SeqId seq, Outbox& out);
+  absl::Status HandleFork(const std::string& from, uint64_t id, wire::ForkRequest::Reader r,
+                          Outbox& out);
+  absl::Status HandleRegister(const std::string& from, uint64_t id,
+                              wire::RegisterRequest::Reader r, Outbox& out);
+  absl::Status HandleHeartbeat(const std::string& from, uint64_t id, wire::Heartbeat::Reader r,
+                               Outbox& out);
+  absl::Status HandleJobEnd(const std::string& from, JobId job, const absl::Status& result,
+                            const wire::JobDone::Reader* done, Outbox& out);
+  void ReplyStats(const std::string& from, uint64_t id, Outbox& out);
+  void ReplyHealth(const std::string& from, uint64_t id, Outbox& out);
+
+  // The caller's lease, granted on first use and renewed by every request.
+  LeaseId ClientLease(const std::string& identity);
+  // OK when `seq` exists, belongs to `lease` and has no job in flight.
+  absl::Status CheckOwnedIdle(SeqId seq, LeaseId lease) const;
+  bool HasWorker(Role role) const;
+
+  void Enqueue(Job job, Outbox& out);
+  void Dispatch(Outbox& out);
+  // Ends a job: commit + reply on success, abort + error reply otherwise.
+  void FinishJob(JobId id, const absl::Status& result, const wire::JobDone::Reader* done,
+                 Outbox& out);
+  void EndWorker(LeaseId lease, const std::string& why, Outbox& out);
+  void EndClient(LeaseId lease);
+  void ReleaseLeaseHoldings(LeaseId lease);
+
+  void Reply(Outbox& out, const std::string& to, EnvelopeBuilder message);
+  void ReplyError(Outbox& out, const std::string& to, uint64_t id, const absl::Status& status);
+
+  Pool* pool_;
+  const Clock* clock_;
+  BrokerOptions options_;
+  bool draining_ = false;
+  JobId next_job_ = 1;
+  absl::flat_hash_map<JobId, Job> jobs_;
+  std::deque<JobId> queues_[2];  // by role
+  absl::flat_hash_map<LeaseId, Worker> workers_;
+  absl::flat_hash_map<std::string, LeaseId> worker_leases_;  // identity -> lease
+  absl::flat_hash_map<std::string, LeaseId> client_leases_;  // identity -> lease
+  absl::flat_hash_map<LeaseId, std::string> client_identities_;
+  absl::flat_hash_map<SeqId, JobId> busy_;      // sequences a job is writing
+  absl::flat_hash_map<LeaseId, int> deferred_;  // expired clients: running jobs left
+  BrokerMetrics metrics_;
+};
+
+}  // namespace kvp

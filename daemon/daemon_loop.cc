@@ -1,0 +1,178 @@
+#include "daemon/daemon_loop.h"
+
+#include <signal.h>
+#include <spdlog/spdlog.h>
+#include <sys/signalfd.h>
+#include <sys/stat.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "daemon/http_endpoint.h"
+#include "kvpool/arena/unique_fd.h"
+
+namespace kvp {
+namespace {
+
+absl::StatusOr<UniqueFd> BlockTerminationSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  if (pthread_sigmask(SIG_BLOCK, &set, nullptr) != 0) {
+    return absl::InternalError("cannot block SIGTERM/SIGINT");
+  }
+  UniqueFd fd(::signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!fd.valid()) {
+    return absl::InternalError(absl::StrCat("signalfd: ", std::strerror(errno)));
+  }
+  return fd;
+}
+
+// Sends one message on the ROUTER socket; a peer that has gone is logged, not fatal.
+void Send(zmq::socket_t& router, Outgoing& message) {
+  try {
+    router.send(zmq::buffer(message.to), zmq::send_flags::sndmore);
+    for (size_t i = 0; i < message.frames.size(); ++i) {
+      const bool last = i + 1 == message.frames.size();
+      if (!router.send(message.frames[i], last ? zmq::send_flags::none : zmq::send_flags::sndmore)) {
+        spdlog::warn("send to a peer timed out; message dropped");
+        return;
+      }
+    }
+  } catch (const zmq::error_t& e) {
+    spdlog::warn("cannot reach a peer ({}); message dropped", e.what());
+  }
+}
+
+}  // namespace
+
+DaemonLoop::DaemonLoop(DaemonOptions options, const ServedArena* arena, Pool* pool,
+                       Broker* broker, const Clock* clock)
+    : options_(std::move(options)), arena_(arena), pool_(pool), broker_(broker), clock_(clock) {}
+
+absl::Status DaemonLoop::Run() {
+  ASSIGN_OR_RETURN(UniqueFd signals, BlockTerminationSignals());
+  if (!absl::StartsWith(options_.endpoint, "ipc://")) {
+    return absl::UnimplementedError(absl::StrCat(
+        "endpoint ", options_.endpoint, ": only ipc:// is served; tcp:// requires CURVE "
+        "authentication (DESIGN.md §8), which kvpoold does not implement yet"));
+  }
+  ASSIGN_OR_RETURN(FdChannelServer fd_channel,
+                   FdChannelServer::Listen(options_.fd_channel_path, options_.allow));
+
+  zmq::context_t context(1);
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::router_mandatory, 1);
+  router.set(zmq::sockopt::router_handover, 1);  // a reconnecting client keeps its identity
+  router.set(zmq::sockopt::sndtimeo, 1000);
+  router.set(zmq::sockopt::linger, 0);
+  // A hard cap far above the typed-error limit: bigger frames drop the connection unread.
+  router.set(zmq::sockopt::maxmsgsize,
+             static_cast<int64_t>(2 * options_.max_message_bytes));
+  const mode_t old_umask = ::umask(0077);  // the ipc socket file: 0600
+  try {
+    router.bind(options_.endpoint);
+  } catch (const zmq::error_t& e) {
+    ::umask(old_umask);
+    return absl::UnavailableError(absl::StrCat("cannot bind ", options_.endpoint, ": ", e.what()));
+  }
+  ::umask(old_umask);
+
+  HttpEndpoint http;
+  if (options_.metrics_port >= 0) {
+    RETURN_IF_ERROR(http.Start(options_.metrics_host, options_.metrics_port));
+    spdlog::info("metrics at http://{}:{}/metrics", options_.metrics_host, http.port());
+  }
+  spdlog::info("kvpoold serving endpoint={} fd_channel={} blocks={} block_bytes={} {}",
+               options_.endpoint, options_.fd_channel_path, pool_->blocks().num_blocks(),
+               pool_->layout().block_stride(), pool_->layout().spec().DebugString());
+  sd_notify(0, "READY=1\nSTATUS=serving");
+  uint64_t watchdog_usec = 0;
+  const bool watchdog = sd_watchdog_enabled(0, &watchdog_usec) > 0;
+
+  ArenaDescription description;
+  description.epoch = options_.epoch;
+  description.num_blocks = pool_->blocks().num_blocks();
+  description.spec = pool_->layout().spec();
+
+  Outbox out;
+  int64_t next_tick = clock_->NowMicros();
+  int64_t next_watchdog = next_tick;
+  int64_t drain_deadline = 0;
+  while (true) {
+    zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0},
+                               {nullptr, fd_channel.fd(), ZMQ_POLLIN, 0},
+                               {nullptr, signals.get(), ZMQ_POLLIN, 0}};
+    const int64_t wait_ms = std::max<int64_t>(0, (next_tick - clock_->NowMicros()) / 1000);
+    zmq::poll(items, 3, std::chrono::milliseconds(wait_ms));
+    if (items[0].revents & ZMQ_POLLIN) {
+      // Drain what is ready, but return to the other sources now and then.
+      for (int i = 0; i < 256; ++i) {
+        std::vector<zmq::message_t> frames;
+        if (!zmq::recv_multipart(router, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
+          break;
+        }
+        if (frames.size() < 2) continue;  // an identity with nothing after it
+        const std::string from = frames.front().to_string();
+        frames.erase(frames.begin());
+        broker_->Handle(from, std::move(frames), out);
+        for (Outgoing& o : out) Send(router, o);
+        out.clear();
+      }
+    }
+    if (items[1].revents & ZMQ_POLLIN) {
+      absl::StatusOr<FdPeer> peer = fd_channel.Accept(0);
+      if (peer.ok()) {
+        const absl::Status sent = arena_->SendTo(*peer, description);
+        if (sent.ok()) {
+          spdlog::info("arena handed to pid {}", peer->credentials().pid);
+        } else {
+          spdlog::warn("handing the arena to pid {} failed: {}", peer->credentials().pid,
+                       sent.ToString());
+        }
+      } else if (!absl::IsDeadlineExceeded(peer.status())) {
+        spdlog::warn("fd channel: {}", peer.status().ToString());
+      }
+    }
+    if ((items[2].revents & ZMQ_POLLIN) && !broker_->draining()) {
+      signalfd_siginfo info{};
+      (void)!::read(signals.get(), &info, sizeof(info));
+      spdlog::info("signal {}: draining ({} ms at most)", info.ssi_signo,
+                   options_.drain_timeout_millis);
+      sd_notify(0, "STOPPING=1\nSTATUS=draining");
+      broker_->StartDrain();
+      drain_deadline = clock_->NowMicros() + options_.drain_timeout_millis * 1000;
+    }
+    const int64_t now = clock_->NowMicros();
+    if (now >= next_tick) {
+      broker_->Tick(out);
+      for (Outgoing& o : out) Send(router, o);
+      out.clear();
+      http.Publish(broker_->MetricsText(), !broker_->draining());
+      next_tick = now + options_.tick_millis * 1000;
+    }
+    if (watchdog && now >= next_watchdog) {
+      sd_notify(0, "WATCHDOG=1");
+      next_watchdog = now + static_cast<int64_t>(watchdog_usec / 2);
+    }
+    if (broker_->draining()) {
+      if (broker_->Idle()) {
+        spdlog::info("drained; exiting");
+        return absl::OkStatus();
+      }
+      if (now >= drain_deadline) {
+        return absl::DeadlineExceededError("the drain timed out with jobs still running");
+      }
+    }
+  }
+}
+
+}  // namespace kvp

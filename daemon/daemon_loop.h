@@ -1,0 +1,50 @@
+// kvpoold's event loop: one thread polls the ROUTER socket, the fd channel and a signalfd, feeds
+// the Broker and sends what it returns; every tick it reaps leases, publishes metrics and pings
+// systemd's watchdog. SIGTERM or SIGINT starts a drain: new work is refused, jobs in flight
+// finish (or the drain times out), then Run returns.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "daemon/broker.h"
+#include "daemon/served_arena.h"
+#include "protocol/wire_limits.h"
+#include "kvpool/arena/fd_channel.h"
+#include "kvpool/pool/pool.h"
+
+namespace kvp {
+
+struct DaemonOptions {
+  std::string endpoint;        // ipc://... (tcp:// needs CURVE, refused for now)
+  std::string fd_channel_path;
+  AllowList allow;
+  std::string metrics_host = "127.0.0.1";
+  int metrics_port = -1;       // -1: no HTTP endpoint; 0: any free port
+  int tick_millis = 50;
+  int64_t drain_timeout_millis = 30'000;
+  uint64_t epoch = 0;  // the Broker's, also in the arena description
+  size_t max_message_bytes = WireLimits().max_message_bytes;  // the Broker's limit
+};
+
+class DaemonLoop {
+ public:
+  // Blocks SIGTERM and SIGINT in this thread and every thread started after (call it before
+  // starting threads). REQUIRES: arena, pool, broker and clock outlive the loop.
+  DaemonLoop(DaemonOptions options, const ServedArena* arena, Pool* pool, Broker* broker,
+             const Clock* clock);
+
+  // Binds, serves until a signal's drain ends, returns OK on a clean exit.
+  absl::Status Run();
+
+ private:
+  DaemonOptions options_;
+  const ServedArena* arena_;
+  Pool* pool_;
+  Broker* broker_;
+  const Clock* clock_;
+};
+
+}  // namespace kvp

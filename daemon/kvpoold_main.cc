@@ -1,0 +1,172 @@
+// kvpoold: owns one pool's arena and serves requests and workers (DESIGN.md §1). Flags may come
+// from a file (--flagfile=/etc/kvpool/kvpoold.flags); see deploy/.
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "base/status_macros.h"
+#include "daemon/broker.h"
+#include "daemon/daemon_loop.h"
+#include "daemon/served_arena.h"
+#include "kvpool/format/kv_format_names.h"
+#include "kvpool/layout/block_layout.h"
+#include "kvpool/pool/clock.h"
+#include "kvpool/pool/pool.h"
+#include "protocol/endpoints.h"
+#include "protocol/spec_codec.h"
+
+ABSL_FLAG(std::string, runtime_dir, "",
+          "directory (mode 0700) of the sockets; default $KVPOOL_RUNTIME_DIR, $RUNTIME_DIRECTORY, "
+          "/run/kvpool for root, else $XDG_RUNTIME_DIR/kvpool or /tmp/kvpool-<uid>");
+ABSL_FLAG(std::string, endpoint, "", "ZeroMQ endpoint; default ipc://<runtime_dir>/kvpoold.sock");
+ABSL_FLAG(std::string, backend, "auto", "arena: auto (cuda when a GPU is visible), cuda or host");
+ABSL_FLAG(int, gpu, 0, "GPU of the cuda arena");
+ABSL_FLAG(int64_t, arena_mib, 1024, "arena size in MiB");
+ABSL_FLAG(int, layers, 4, "layers of the pool");
+ABSL_FLAG(int, kv_heads, 8, "kv heads");
+ABSL_FLAG(int, head_dim, 128, "head dimension: 64, 128 or 256");
+ABSL_FLAG(int, block_size, 64, "tokens per block: 16, 32 or 64");
+ABSL_FLAG(std::string, k_format, "fp8_e4m3", "K format: bf16 or fp8_e4m3");
+ABSL_FLAG(std::string, v_format, "turbo3", "V format: bf16, turbo2, turbo3 or turbo4");
+ABSL_FLAG(bool, v_rotation, true, "TurboNV Walsh-Hadamard rotation of V");
+ABSL_FLAG(bool, indexer, true, "lightning-indexer sections (sparse decode); false: dense decode");
+ABSL_FLAG(int, q_heads, 32, "query heads of the decode model");
+ABSL_FLAG(int, topk, 2048, "positions the indexer selects per layer");
+ABSL_FLAG(uint64_t, synthetic_seed, 0x6B76706F6F6Cull, "seed of the synthetic model");
+ABSL_FLAG(int, heartbeat_ms, 1000, "heartbeat period told to workers");
+ABSL_FLAG(int, lease_expiry_ms, 3000, "a worker lease not renewed for this long expires");
+ABSL_FLAG(int, client_lease_ms, 30000, "a client lease not renewed for this long expires");
+ABSL_FLAG(int, max_job_attempts, 2, "workers a job is tried on before it fails with ABORTED");
+ABSL_FLAG(std::string, allow_uids, "", "uids (comma-separated) allowed to attach; ours always");
+ABSL_FLAG(std::string, allow_gids, "", "gids (comma-separated) allowed to attach");
+ABSL_FLAG(std::string, metrics_address, "127.0.0.1", "address of the HTTP endpoint");
+ABSL_FLAG(int, metrics_port, 9464, "port of /metrics and /healthz; -1 disables, 0 picks one");
+ABSL_FLAG(int64_t, max_message_mib, 256, "largest message accepted; bigger ones get INVALID_ARGUMENT");
+ABSL_FLAG(int, drain_timeout_ms, 30000, "on SIGTERM, how long jobs in flight may take");
+
+namespace kvp {
+namespace {
+
+template <typename T>
+absl::StatusOr<std::vector<T>> ParseIds(const std::string& text, const char* what) {
+  std::vector<T> ids;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
+    uint32_t id;
+    if (!absl::SimpleAtoi(part, &id)) {
+      return absl::InvalidArgumentError(absl::StrCat("--", what, ": '", part, "' is not a number"));
+    }
+    ids.push_back(static_cast<T>(id));
+  }
+  return ids;
+}
+
+absl::StatusOr<PoolSpec> SpecFromFlags() {
+  PoolSpec spec;
+  spec.num_layers = absl::GetFlag(FLAGS_layers);
+  spec.num_kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  spec.head_dim = absl::GetFlag(FLAGS_head_dim);
+  spec.block_size = absl::GetFlag(FLAGS_block_size);
+  ASSIGN_OR_RETURN(spec.k_format, ParseKvFormat(absl::GetFlag(FLAGS_k_format)));
+  ASSIGN_OR_RETURN(spec.v_format, ParseKvFormat(absl::GetFlag(FLAGS_v_format)));
+  spec.v_rotation = absl::GetFlag(FLAGS_v_rotation);
+  spec.indexer = absl::GetFlag(FLAGS_indexer);
+  RETURN_IF_ERROR(ValidatePoolSpec(spec));
+  return spec;
+}
+
+absl::StatusOr<std::unique_ptr<ServedArena>> ArenaFromFlags(uint64_t bytes) {
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  const int gpu = absl::GetFlag(FLAGS_gpu);
+  if (backend == "host") return CreateHostServedArena(bytes);
+  if (backend == "cuda") return CreateCudaServedArena(gpu, bytes);
+  if (backend != "auto") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--backend=", backend, ": expected auto, cuda or host"));
+  }
+  absl::StatusOr<std::unique_ptr<ServedArena>> cuda = CreateCudaServedArena(gpu, bytes);
+  if (cuda.ok()) return cuda;
+  spdlog::info("no cuda arena ({}); using the host backend", std::string(cuda.status().message()));
+  return CreateHostServedArena(bytes);
+}
+
+absl::Status Main() {
+  ASSIGN_OR_RETURN(PoolSpec spec, SpecFromFlags());
+  ModelConfig model{absl::GetFlag(FLAGS_q_heads), absl::GetFlag(FLAGS_topk),
+                    absl::GetFlag(FLAGS_synthetic_seed)};
+  RETURN_IF_ERROR(ValidateModelConfig(model, spec));
+  const int64_t arena_mib = absl::GetFlag(FLAGS_arena_mib);
+  if (arena_mib <= 0) return absl::InvalidArgumentError("--arena_mib must be positive");
+
+  std::string runtime_dir = absl::GetFlag(FLAGS_runtime_dir);
+  if (runtime_dir.empty()) runtime_dir = DefaultRuntimeDir();
+  RETURN_IF_ERROR(PrepareRuntimeDir(runtime_dir));
+
+  DaemonOptions options;
+  options.endpoint = absl::GetFlag(FLAGS_endpoint);
+  if (options.endpoint.empty()) options.endpoint = EndpointIn(runtime_dir);
+  options.fd_channel_path = FdChannelIn(runtime_dir);
+  options.allow.uids.push_back(::geteuid());
+  ASSIGN_OR_RETURN(auto uids, ParseIds<uid_t>(absl::GetFlag(FLAGS_allow_uids), "allow_uids"));
+  ASSIGN_OR_RETURN(options.allow.gids,
+                   ParseIds<gid_t>(absl::GetFlag(FLAGS_allow_gids), "allow_gids"));
+  options.allow.uids.insert(options.allow.uids.end(), uids.begin(), uids.end());
+  options.metrics_host = absl::GetFlag(FLAGS_metrics_address);
+  options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
+  options.drain_timeout_millis = absl::GetFlag(FLAGS_drain_timeout_ms);
+  options.epoch = static_cast<uint64_t>(
+      std::chrono::system_clock::now().time_since_epoch() / std::chrono::microseconds(1));
+
+  ASSIGN_OR_RETURN(std::unique_ptr<ServedArena> arena,
+                   ArenaFromFlags(static_cast<uint64_t>(arena_mib) << 20));
+  uint64_t arena_bytes = 0;
+  for (uint64_t c : arena->chunk_sizes()) arena_bytes += c;
+  SteadyClock clock;
+  const int64_t lease_expiry = int64_t{absl::GetFlag(FLAGS_lease_expiry_ms)} * 1000;
+  ASSIGN_OR_RETURN(std::unique_ptr<Pool> pool,
+                   Pool::Create(spec, arena_bytes, &clock, lease_expiry));
+
+  BrokerOptions broker_options;
+  broker_options.model = model;
+  broker_options.gpu = arena->device();
+  broker_options.heartbeat_millis = absl::GetFlag(FLAGS_heartbeat_ms);
+  broker_options.worker_lease_micros = lease_expiry;
+  broker_options.client_lease_micros = int64_t{absl::GetFlag(FLAGS_client_lease_ms)} * 1000;
+  broker_options.fd_channel_path = options.fd_channel_path;
+  broker_options.epoch = options.epoch;
+  broker_options.max_job_attempts = absl::GetFlag(FLAGS_max_job_attempts);
+  broker_options.limits.max_message_bytes =
+      static_cast<size_t>(absl::GetFlag(FLAGS_max_message_mib)) << 20;
+  options.max_message_bytes = broker_options.limits.max_message_bytes;
+  if (broker_options.heartbeat_millis <= 0 || lease_expiry <= broker_options.heartbeat_millis * 1000) {
+    return absl::InvalidArgumentError("--lease_expiry_ms must exceed --heartbeat_ms > 0");
+  }
+  Broker broker(pool.get(), &clock, broker_options);
+  DaemonLoop loop(options, arena.get(), pool.get(), &broker, &clock);
+  return loop.Run();
+}
+
+}  // namespace
+}  // namespace kvp
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "kvpoold: the kvpool daemon. Owns the KV-cache arena and brokers prefill and decode jobs.\n"
+      "Example: kvpoold --backend=host --arena_mib=512 --layers=4");
+  absl::ParseCommandLine(argc, argv);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ kvpoold[%P] %v");
+  const absl::Status status = kvp::Main();
+  if (!status.ok()) {
+    spdlog::error("{}", status.ToString());
+    return 1;
+  }
+  return 0;
+}

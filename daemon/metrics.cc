@@ -1,0 +1,106 @@
+#include "daemon/metrics.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+
+namespace kvp {
+
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size(), 0) {}
+
+void Histogram::Observe(double value) {
+  const auto it = std::lower_bound(bounds_.begin(), bounds_.end(), value);
+  if (it != bounds_.end()) ++counts_[it - bounds_.begin()];
+  sum_ += value;
+  ++count_;
+}
+
+std::vector<double> JobLatencyBounds() {
+  return {1e-4, 2.5e-4, 5e-4, 1e-3, 2.5e-3, 5e-3, 1e-2, 2.5e-2, 5e-2, 0.1, 0.25, 0.5, 1, 2.5, 5,
+          10,   30};
+}
+
+void BrokerMetrics::ObserveJob(const std::string& kind, const std::string& outcome,
+                               double seconds) {
+  ++jobs[{kind, outcome}];
+  auto it = job_seconds.find(kind);
+  if (it == job_seconds.end()) it = job_seconds.emplace(kind, Histogram(JobLatencyBounds())).first;
+  it->second.Observe(seconds);
+}
+
+namespace {
+
+void Header(std::string& out, const char* name, const char* type, const char* help) {
+  absl::StrAppend(&out, "# HELP ", name, " ", help, "\n# TYPE ", name, " ", type, "\n");
+}
+
+std::string Number(double v) { return absl::StrFormat("%.9g", v); }
+
+}  // namespace
+
+std::string RenderPrometheus(const BrokerMetrics& m, const PoolGauges& g) {
+  std::string out;
+  const std::string gpu = absl::StrCat("gpu=\"", g.gpu < 0 ? "host" : absl::StrCat(g.gpu), "\"");
+  Header(out, "kvpool_blocks", "gauge", "Blocks of the pool by state.");
+  const std::pair<const char*, int64_t> states[] = {{"free", g.blocks.free},
+                                                    {"reserved", g.blocks.reserved},
+                                                    {"used", g.blocks.used},
+                                                    {"cached", g.blocks.cached}};
+  for (const auto& [state, n] : states) {
+    absl::StrAppend(&out, "kvpool_blocks{", gpu, ",state=\"", state, "\"} ", n, "\n");
+  }
+  Header(out, "kvpool_leases", "gauge", "Live leases (workers and clients).");
+  absl::StrAppend(&out, "kvpool_leases ", g.leases, "\n");
+  Header(out, "kvpool_sequences", "gauge", "Sequences in the pool.");
+  absl::StrAppend(&out, "kvpool_sequences ", g.sequences, "\n");
+  Header(out, "kvpool_workers", "gauge", "Registered workers by role.");
+  for (const auto& [role, n] : g.workers) {
+    absl::StrAppend(&out, "kvpool_workers{role=\"", role, "\"} ", n, "\n");
+  }
+  Header(out, "kvpool_jobs_queued", "gauge", "Jobs waiting for a worker.");
+  absl::StrAppend(&out, "kvpool_jobs_queued ", g.jobs_queued, "\n");
+  Header(out, "kvpool_jobs_running", "gauge", "Jobs a worker is executing.");
+  absl::StrAppend(&out, "kvpool_jobs_running ", g.jobs_running, "\n");
+  Header(out, "kvpool_draining", "gauge", "1 while kvpoold drains before exiting.");
+  absl::StrAppend(&out, "kvpool_draining ", g.draining ? 1 : 0, "\n");
+
+  Header(out, "kvpool_requests_total", "counter", "Requests received, by kind.");
+  for (const auto& [kind, n] : m.requests) {
+    absl::StrAppend(&out, "kvpool_requests_total{kind=\"", kind, "\"} ", n, "\n");
+  }
+  Header(out, "kvpool_error_replies_total", "counter", "Error replies, by status code.");
+  for (const auto& [code, n] : m.errors) {
+    absl::StrAppend(&out, "kvpool_error_replies_total{code=\"", code, "\"} ", n, "\n");
+  }
+  Header(out, "kvpool_jobs_total", "counter", "Jobs finished, by kind and outcome.");
+  for (const auto& [key, n] : m.jobs) {
+    absl::StrAppend(&out, "kvpool_jobs_total{kind=\"", key.first, "\",outcome=\"", key.second,
+                    "\"} ", n, "\n");
+  }
+  Header(out, "kvpool_job_seconds", "histogram", "Time from request to reply of worker jobs.");
+  for (const auto& [kind, h] : m.job_seconds) {
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < h.bounds().size(); ++i) {
+      cumulative += h.counts()[i];
+      absl::StrAppend(&out, "kvpool_job_seconds_bucket{kind=\"", kind, "\",le=\"",
+                      Number(h.bounds()[i]), "\"} ", cumulative, "\n");
+    }
+    absl::StrAppend(&out, "kvpool_job_seconds_bucket{kind=\"", kind, "\",le=\"+Inf\"} ", h.count(),
+                    "\n");
+    absl::StrAppend(&out, "kvpool_job_seconds_sum{kind=\"", kind, "\"} ", Number(h.sum()), "\n");
+    absl::StrAppend(&out, "kvpool_job_seconds_count{kind=\"", kind, "\"} ", h.count(), "\n");
+  }
+  Header(out, "kvpool_jobs_requeued_total", "counter", "Jobs re-sent after their worker died.");
+  absl::StrAppend(&out, "kvpool_jobs_requeued_total ", m.jobs_requeued, "\n");
+  Header(out, "kvpool_leases_reaped_total", "counter", "Leases that expired and were reaped.");
+  absl::StrAppend(&out, "kvpool_leases_reaped_total ", m.leases_reaped, "\n");
+  Header(out, "kvpool_prefix_hit_blocks_total", "counter", "Blocks reused by prefix hits.");
+  absl::StrAppend(&out, "kvpool_prefix_hit_blocks_total ", m.prefix_hit_blocks, "\n");
+  Header(out, "kvpool_prefix_hit_tokens_total", "counter", "Tokens not written thanks to prefix hits.");
+  absl::StrAppend(&out, "kvpool_prefix_hit_tokens_total ", m.prefix_hit_tokens, "\n");
+  return out;
+}
+
+}  // namespace kvp

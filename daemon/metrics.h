@@ -1,0 +1,62 @@
+// kvpoold's metrics (DESIGN.md §9) and their Prometheus text form. The broker's loop updates them;
+// the HTTP thread serves a rendered copy (daemon/http_endpoint.h), so nothing here is shared.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "kvpool/pool/block_allocator.h"
+
+namespace kvp {
+
+// A cumulative histogram with fixed upper bounds, as Prometheus exposes it.
+class Histogram {
+ public:
+  explicit Histogram(std::vector<double> bounds);
+  void Observe(double value);
+  const std::vector<double>& bounds() const { return bounds_; }
+  const std::vector<uint64_t>& counts() const { return counts_; }  // per bound, not cumulative
+  double sum() const { return sum_; }
+  uint64_t count() const { return count_; }
+
+ private:
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+// Job latency buckets: 100 µs to 30 s.
+std::vector<double> JobLatencyBounds();
+
+struct BrokerMetrics {
+  std::map<std::string, uint64_t> requests;                      // by request kind
+  std::map<std::string, uint64_t> errors;                        // replies by status code
+  std::map<std::pair<std::string, std::string>, uint64_t> jobs;  // (kind, outcome)
+  std::map<std::string, Histogram> job_seconds;                  // by kind, submit to reply
+  uint64_t jobs_requeued = 0;
+  uint64_t leases_reaped = 0;
+  uint64_t prefix_hit_blocks = 0;
+  uint64_t prefix_hit_tokens = 0;
+
+  void ObserveJob(const std::string& kind, const std::string& outcome, double seconds);
+};
+
+// What the pool looks like now: gauges read at render time.
+struct PoolGauges {
+  int gpu = -1;  // -1: host arena
+  PoolCounts blocks;
+  uint64_t leases = 0;
+  uint64_t sequences = 0;
+  std::map<std::string, uint64_t> workers;  // by role
+  uint64_t jobs_queued = 0;
+  uint64_t jobs_running = 0;
+  bool draining = false;
+};
+
+std::string RenderPrometheus(const BrokerMetrics& metrics, const PoolGauges& gauges);
+
+}  // namespace kvp

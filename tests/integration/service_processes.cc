@@ -1,0 +1,114 @@
+#include "tests/integration/service_processes.h"
+
+#include <signal.h>
+#include <spawn.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "protocol/endpoints.h"
+
+extern char** environ;
+
+namespace kvp::testing {
+
+absl::StatusOr<std::unique_ptr<ServiceProcesses>> ServiceProcesses::Start(
+    const ServiceOptions& options) {
+  std::unique_ptr<ServiceProcesses> s(new ServiceProcesses());
+  char dir_template[] = "/tmp/kvpool-test-XXXXXX";
+  if (::mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
+  s->dir_ = dir_template;
+  s->daemon_flags_ = {"--backend=host",      "--arena_mib=64",        "--layers=2",
+                      "--topk=64",           "--heartbeat_ms=100",    "--lease_expiry_ms=600",
+                      "--metrics_port=-1",   "--drain_timeout_ms=20000"};
+  s->daemon_flags_.insert(s->daemon_flags_.end(), options.daemon_flags.begin(),
+                          options.daemon_flags.end());
+  RETURN_IF_ERROR(s->RestartDaemon());
+  for (int i = 0; i < options.prefill_workers; ++i) {
+    s->prefill_.push_back(s->Spawn(KVPOOL_WORKER_PATH, {"--role=prefill", "--backend=host",
+                                                        absl::StrCat("--runtime_dir=", s->dir_)}));
+  }
+  for (int i = 0; i < options.decode_workers; ++i) {
+    s->decode_.push_back(s->Spawn(KVPOOL_WORKER_PATH, {"--role=decode", "--backend=host",
+                                                       absl::StrCat("--runtime_dir=", s->dir_)}));
+  }
+  RETURN_IF_ERROR(
+      s->WaitForWorkers(static_cast<uint32_t>(options.prefill_workers + options.decode_workers),
+                        20'000));
+  return s;
+}
+
+ServiceProcesses::~ServiceProcesses() {
+  std::vector<pid_t> all = prefill_;
+  all.insert(all.end(), decode_.begin(), decode_.end());
+  all.push_back(daemon_);
+  for (pid_t p : all) {
+    if (p > 0) Stop(p, SIGKILL);
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+std::string ServiceProcesses::endpoint() const { return EndpointIn(dir_); }
+
+ClientOptions ServiceProcesses::client_options(const std::string& name) const {
+  ClientOptions o;
+  o.endpoint = endpoint();
+  o.name = name;
+  o.timeout_ms = 30'000;
+  return o;
+}
+
+pid_t ServiceProcesses::Spawn(const std::string& binary, std::vector<std::string> args) {
+  args.insert(args.begin(), binary);
+  std::vector<char*> argv;
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  pid_t pid = -1;
+  if (::posix_spawn(&pid, binary.c_str(), nullptr, nullptr, argv.data(), environ) != 0) return -1;
+  return pid;
+}
+
+int ServiceProcesses::Stop(pid_t pid, int signal) {
+  if (pid <= 0) return -1;
+  ::kill(pid, signal);
+  int status = 0;
+  if (::waitpid(pid, &status, 0) != pid) return -1;
+  auto forget = [pid](std::vector<pid_t>& v) { std::erase(v, pid); };
+  forget(prefill_);
+  forget(decode_);
+  if (pid == daemon_) daemon_ = -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+absl::Status ServiceProcesses::RestartDaemon() {
+  std::vector<std::string> args = daemon_flags_;
+  args.push_back(absl::StrCat("--runtime_dir=", dir_));
+  daemon_ = Spawn(KVPOOLD_PATH, args);
+  if (daemon_ < 0) return absl::InternalError("cannot start kvpoold");
+  return absl::OkStatus();
+}
+
+absl::Status ServiceProcesses::WaitForWorkers(uint32_t workers, int timeout_ms) {
+  ClientOptions o = client_options("harness");
+  o.timeout_ms = 500;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  absl::Status last = absl::UnavailableError("never answered");
+  while (std::chrono::steady_clock::now() < deadline) {
+    Client client(o);  // a fresh socket per try: no stale replies
+    absl::StatusOr<PoolHealth> h = client.Health();
+    if (h.ok() && h->workers == workers) return absl::OkStatus();
+    last = h.ok() ? absl::UnavailableError(absl::StrCat(h->workers, " workers")) : h.status();
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("waiting for ", workers, " workers: ", last.ToString()));
+}
+
+}  // namespace kvp::testing

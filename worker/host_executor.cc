@@ -1,0 +1,98 @@
+#include "worker/host_executor.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "base/status_macros.h"
+#include "kernels/cache_write/cache_write_ref.h"
+#include "kernels/indexer_logits/indexer_logits_ref.h"
+#include "kernels/paged_decode/paged_decode_ref.h"
+#include "kernels/sparse_decode/sparse_decode_ref.h"
+#include "kernels/topk/topk_ref.h"
+#include "worker/job_inputs.h"
+
+namespace kvp {
+
+HostExecutor::HostExecutor(BlockLayout layout, uint8_t* base, JobContext ctx)
+    : layout_(std::move(layout)), base_(base), ctx_(std::move(ctx)) {}
+
+void HostExecutor::Copy(const std::vector<BlockCopyPair>& copies) {
+  const int64_t stride = layout_.block_stride();
+  for (const auto& [from, to] : copies) {
+    std::memcpy(base_ + to * stride, base_ + from * stride, stride);
+  }
+}
+
+absl::Status HostExecutor::Prefill(const PrefillWork& work) {
+  Copy(work.copies);
+  TokenInputs in;
+  for (int l = 0; l < ctx_.spec.num_layers; ++l) {
+    FillPrefillInputs(work, ctx_, l, &in);
+    CacheWriteParams p{layout_.Layer(base_, ctx_.num_blocks, l), in.k.data(), in.v.data(),
+                       ctx_.spec.indexer ? in.index_k.data() : nullptr, work.slots.data(),
+                       static_cast<int64_t>(work.tokens.size())};
+    RETURN_IF_ERROR(CacheWriteRef(p));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<DecodeStepResult>> HostExecutor::Decode(const DecodeWork& work) {
+  const int n = static_cast<int>(work.steps.size());
+  const int qh = ctx_.model.num_q_heads, d = ctx_.spec.head_dim;
+  size_t stride = 1;
+  int32_t max_len = 1;
+  for (const DecodeStepWork& s : work.steps) {
+    Copy(s.copies);
+    stride = std::max(stride, s.block_table.size());
+    max_len = std::max(max_len, static_cast<int32_t>(s.position + 1));
+  }
+  std::vector<int32_t> tables(n * stride, 0), lens(n);
+  std::vector<int64_t> slots(n);
+  std::vector<DecodeStepResult> results(n);
+  for (int i = 0; i < n; ++i) {
+    const DecodeStepWork& s = work.steps[i];
+    std::copy(s.block_table.begin(), s.block_table.end(), tables.begin() + i * stride);
+    lens[i] = static_cast<int32_t>(s.position + 1);
+    slots[i] = s.slot;
+    results[i].sequence = s.sequence;
+    results[i].length = s.position + 1;
+  }
+  const int k = ctx_.model.topk;
+  TokenInputs tokens;
+  QueryInputs queries;
+  std::vector<float> out(static_cast<size_t>(n) * qh * d), logits;
+  std::vector<int32_t> indices(static_cast<size_t>(n) * k);
+  for (int l = 0; l < ctx_.spec.num_layers; ++l) {
+    const LayerCache cache = layout_.Layer(base_, ctx_.num_blocks, l);
+    FillDecodeTokenInputs(work, ctx_, l, &tokens);
+    RETURN_IF_ERROR(CacheWriteRef(CacheWriteParams{
+        cache, tokens.k.data(), tokens.v.data(),
+        ctx_.spec.indexer ? tokens.index_k.data() : nullptr, slots.data(), n}));
+    FillDecodeQueryInputs(work, ctx_, l, &queries);
+    AttentionParams attn{cache,   queries.q.data(), tables.data(), static_cast<int32_t>(stride),
+                         lens.data(), out.data(),   n,             qh,
+                         DefaultSoftmaxScale(d), 0.0f, max_len, nullptr};
+    if (ctx_.spec.indexer) {
+      logits.resize(static_cast<size_t>(n) * max_len);
+      RETURN_IF_ERROR(IndexerLogitsRef(IndexerLogitsParams{
+          cache, queries.index_q.data(), queries.weights.data(), tables.data(),
+          static_cast<int32_t>(stride), lens.data(), logits.data(), max_len, n, kIndexHeads}));
+      RETURN_IF_ERROR(TopkRef(TopkParams{logits.data(), lens.data(), indices.data(), max_len, n, k}));
+      RETURN_IF_ERROR(SparseDecodeRef(SparseDecodeParams{attn, indices.data(), k}));
+    } else {
+      RETURN_IF_ERROR(PagedDecodeRef(PagedDecodeParams{attn, 0}));
+    }
+    if (work.last_layer_only && l + 1 < ctx_.spec.num_layers) continue;
+    for (int i = 0; i < n; ++i) {
+      results[i].out.emplace_back(out.begin() + static_cast<size_t>(i) * qh * d,
+                                  out.begin() + static_cast<size_t>(i + 1) * qh * d);
+      if (ctx_.spec.indexer) {
+        results[i].topk.emplace_back(indices.begin() + static_cast<size_t>(i) * k,
+                                     indices.begin() + static_cast<size_t>(i + 1) * k);
+      }
+    }
+  }
+  return results;
+}
+
+}  // namespace kvp

@@ -1,0 +1,112 @@
+#include "worker/job.h"
+
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "kvpool/layout/layer_cache.h"
+
+namespace kvp {
+namespace {
+
+absl::StatusOr<std::vector<BlockCopyPair>> CopiesFromWire(
+    capnp::List<wire::BlockCopy>::Reader list, const JobContext& ctx) {
+  std::vector<BlockCopyPair> copies;
+  for (auto c : list) {
+    for (int32_t b : {c.getSource(), c.getTarget()}) {
+      if (b < 0 || b >= ctx.num_blocks) {
+        return absl::OutOfRangeError(absl::StrCat("block copy names block ", b, "; the arena has ",
+                                                  ctx.num_blocks));
+      }
+    }
+    copies.emplace_back(c.getSource(), c.getTarget());
+  }
+  return copies;
+}
+
+absl::Status CheckSlot(int64_t slot, const JobContext& ctx) {
+  const int64_t slots = ctx.num_blocks * ctx.spec.block_size;
+  if (slot < 0 || slot >= slots) {
+    return absl::OutOfRangeError(
+        absl::StrCat("slot ", slot, " is outside the arena's ", slots, " slots"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<PrefillWork> PrefillWorkFromWire(wire::PrefillJob::Reader job,
+                                                const JobContext& ctx) {
+  PrefillWork w;
+  w.sequence = job.getSequence();
+  for (int32_t t : job.getTokens()) w.tokens.push_back(t);
+  w.first_position = static_cast<int64_t>(job.getFirstPosition());
+  for (int64_t s : job.getSlotMapping()) {
+    RETURN_IF_ERROR(CheckSlot(s, ctx));
+    w.slots.push_back(s);
+  }
+  if (w.slots.size() != w.tokens.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("prefill job with ", w.tokens.size(),
+                                                   " tokens and ", w.slots.size(), " slots"));
+  }
+  ASSIGN_OR_RETURN(w.copies, CopiesFromWire(job.getCopies(), ctx));
+  if (job.hasActivations()) {
+    ASSIGN_OR_RETURN(w.activations,
+                     ActivationsFromWire(job.getActivations(), ctx.spec,
+                                         static_cast<uint32_t>(w.tokens.size())));
+  }
+  return w;
+}
+
+absl::StatusOr<DecodeWork> DecodeWorkFromWire(wire::DecodeJob::Reader job, const JobContext& ctx) {
+  DecodeWork w;
+  w.last_layer_only = job.getOutputLayers() == wire::OutputLayers::LAST;
+  for (auto s : job.getSteps()) {
+    DecodeStepWork step;
+    step.sequence = s.getSequence();
+    step.token = s.getToken();
+    step.position = static_cast<int64_t>(s.getPosition());
+    step.slot = s.getSlot();
+    RETURN_IF_ERROR(CheckSlot(step.slot, ctx));
+    for (int32_t b : s.getBlockTable()) {
+      if (b < 0 || b >= ctx.num_blocks) {
+        return absl::OutOfRangeError(absl::StrCat("sequence ", step.sequence, ": block ", b,
+                                                  " is outside the arena's ", ctx.num_blocks,
+                                                  " blocks"));
+      }
+      step.block_table.push_back(b);
+    }
+    if (BlocksForTokens(step.position + 1, ctx.spec.block_size) >
+        static_cast<int64_t>(step.block_table.size())) {
+      return absl::OutOfRangeError(absl::StrCat("sequence ", step.sequence, ": position ",
+                                                step.position, " is past its ",
+                                                step.block_table.size(), " blocks"));
+    }
+    if (SlotOfPosition(step.block_table.data(), step.position, ctx.spec.block_size) != step.slot) {
+      return absl::InvalidArgumentError(absl::StrCat("sequence ", step.sequence, ": slot ",
+                                                     step.slot, " is not position ",
+                                                     step.position, " of its block table"));
+    }
+    ASSIGN_OR_RETURN(step.copies, CopiesFromWire(s.getCopies(), ctx));
+    if (s.hasActivations()) {
+      ASSIGN_OR_RETURN(step.activations, ActivationsFromWire(s.getActivations(), ctx.spec, 1));
+    }
+    if (s.hasQueries()) {
+      ASSIGN_OR_RETURN(step.queries, QueriesFromWire(s.getQueries(), ctx.spec, ctx.model));
+    }
+    if (s.hasNeedle()) {
+      const auto n = s.getNeedle();
+      if (n.getPosition() >= static_cast<uint64_t>(step.position)) {
+        return absl::OutOfRangeError(absl::StrCat("sequence ", step.sequence, ": needle at ",
+                                                  n.getPosition(), " is not before position ",
+                                                  step.position));
+      }
+      step.needle = SyntheticNeedle{static_cast<int32_t>(n.getPosition()), n.getToken(),
+                                    n.getGain()};
+    }
+    w.steps.push_back(std::move(step));
+  }
+  return w;
+}
+
+}  // namespace kvp

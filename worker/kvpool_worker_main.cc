@@ -1,0 +1,64 @@
+// kvpool-worker: executes prefill or decode jobs for kvpoold on one GPU (or the host backend).
+#include <signal.h>
+#include <spdlog/spdlog.h>
+
+#include <atomic>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "protocol/endpoints.h"
+#include "worker/worker_loop.h"
+
+ABSL_FLAG(std::string, role, "decode", "prefill or decode");
+ABSL_FLAG(int, gpu, -1, "GPU to run on; -1: the arena's GPU");
+ABSL_FLAG(std::string, backend, "auto", "auto (follow kvpoold's arena), cuda or host");
+ABSL_FLAG(std::string, runtime_dir, "", "kvpoold's runtime directory (see kvpoold --help)");
+ABSL_FLAG(std::string, endpoint, "", "kvpoold's endpoint; default ipc://<runtime_dir>/kvpoold.sock");
+
+namespace {
+
+std::atomic<bool> g_stop = false;
+
+void OnSignal(int) { g_stop = true; }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "kvpool-worker: runs kvpoold's prefill or decode jobs.\n"
+      "Example: kvpool-worker --role=decode --gpu=0");
+  absl::ParseCommandLine(argc, argv);
+  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ kvpool-worker[%P] %v");
+  kvp::WorkerOptions options;
+  const std::string role = absl::GetFlag(FLAGS_role);
+  if (role != "prefill" && role != "decode") {
+    spdlog::error("--role={}: expected prefill or decode", role);
+    return 2;
+  }
+  options.role = role == "prefill" ? kvp::wire::Role::PREFILL : kvp::wire::Role::DECODE;
+  options.gpu = absl::GetFlag(FLAGS_gpu);
+  absl::StatusOr<kvp::Backend> backend = kvp::ParseBackend(absl::GetFlag(FLAGS_backend));
+  if (!backend.ok()) {
+    spdlog::error("{}", backend.status().ToString());
+    return 2;
+  }
+  options.backend = *backend;
+  std::string runtime_dir = absl::GetFlag(FLAGS_runtime_dir);
+  if (runtime_dir.empty()) runtime_dir = kvp::DefaultRuntimeDir();
+  options.endpoint = absl::GetFlag(FLAGS_endpoint);
+  if (options.endpoint.empty()) options.endpoint = kvp::EndpointIn(runtime_dir);
+
+  struct sigaction action {};
+  action.sa_handler = OnSignal;
+  sigaction(SIGTERM, &action, nullptr);
+  sigaction(SIGINT, &action, nullptr);
+  const absl::Status status = kvp::WorkerLoop(options).Run(g_stop);
+  if (!status.ok()) {
+    spdlog::error("{}", status.ToString());
+    return 1;
+  }
+  spdlog::info("stopped");
+  return 0;
+}

@@ -1,0 +1,190 @@
+#include "worker/worker_loop.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "protocol/dealer.h"
+#include "protocol/spec_codec.h"
+#include "protocol/status_codec.h"
+
+namespace kvp {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+const char* RoleName(wire::Role role) { return role == wire::Role::PREFILL ? "prefill" : "decode"; }
+
+struct Session {
+  uint64_t lease = 0;
+  uint64_t epoch = 0;
+  JobContext ctx;
+  std::string fd_channel;
+  int heartbeat_ms = 1000;
+  int lease_expiry_ms = 3000;
+};
+
+absl::StatusOr<Session> Register(Dealer& dealer, const WorkerOptions& options) {
+  EnvelopeBuilder request(1);
+  auto r = request.envelope().getBody().initRegister();
+  r.setRole(options.role);
+  r.setGpu(options.gpu);
+  r.setPid(static_cast<uint32_t>(::getpid()));
+  auto caps = r.initCapabilities();
+  caps.setCuda(CudaBuild());
+  const std::vector<KvFormat> formats = SupportedFormats();
+  auto f = caps.initFormats(formats.size());
+  for (size_t i = 0; i < formats.size(); ++i) f.set(i, static_cast<wire::KvFormat>(formats[i]));
+  const std::vector<int> dims = SupportedHeadDims();
+  auto d = caps.initHeadDims(dims.size());
+  for (size_t i = 0; i < dims.size(); ++i) d.set(i, dims[i]);
+  ASSIGN_OR_RETURN(auto reply, dealer.Call(request, options.register_timeout_ms));
+  const auto body = reply->envelope().getBody();
+  if (!body.isRegisterReply()) return absl::InternalError("kvpoold answered Register oddly");
+  const auto rr = body.getRegisterReply();
+  Session s;
+  s.lease = rr.getLease();
+  s.epoch = rr.getEpoch();
+  ASSIGN_OR_RETURN(s.ctx.spec, PoolSpecFromWire(rr.getSpec()));
+  s.ctx.num_blocks = static_cast<int64_t>(rr.getNumBlocks());
+  s.ctx.model = ModelConfigFromWire(rr.getModel());
+  RETURN_IF_ERROR(ValidateModelConfig(s.ctx.model, s.ctx.spec));
+  s.fd_channel = rr.getFdChannel();
+  s.heartbeat_ms = static_cast<int>(std::max<uint32_t>(rr.getHeartbeatMillis(), 10));
+  s.lease_expiry_ms = static_cast<int>(std::max<uint32_t>(rr.getLeaseExpiryMillis(), 30));
+  return s;
+}
+
+// Heartbeats on its own socket until stopped or until kvpoold is lost; then sets `lost`.
+void Heartbeats(zmq::context_t& context, const std::string& endpoint, const Session& session,
+                const std::atomic<bool>& stop, std::atomic<bool>& lost) {
+  Dealer dealer(context, endpoint, "");
+  auto last_ok = Clock::now();
+  uint64_t id = 1;
+  while (!stop && !lost) {
+    const auto sent = Clock::now();
+    EnvelopeBuilder beat(++id);
+    auto heartbeat = beat.envelope().getBody().initHeartbeat();
+    heartbeat.setLease(session.lease);
+    heartbeat.setEpoch(session.epoch);
+    absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = dealer.Call(beat, session.heartbeat_ms);
+    if (reply.ok()) {
+      last_ok = Clock::now();
+    } else if (absl::IsAborted(reply.status())) {
+      spdlog::warn("kvpoold ended our lease: {}", std::string(reply.status().message()));
+      lost = true;
+      return;
+    }
+    if (Clock::now() - last_ok > std::chrono::milliseconds(session.lease_expiry_ms)) {
+      spdlog::warn("kvpoold has not answered for {} ms", session.lease_expiry_ms);
+      lost = true;
+      return;
+    }
+    std::this_thread::sleep_until(sent + std::chrono::milliseconds(session.heartbeat_ms));
+  }
+}
+
+// Executes one job message; the report to send back.
+EnvelopeBuilder Execute(const ParsedEnvelope& message, const JobContext& ctx, Executor& executor) {
+  const auto body = message.envelope().getBody();
+  const auto start = Clock::now();
+  const uint64_t job = body.isPrefillJob() ? body.getPrefillJob().getJob()
+                                           : body.getDecodeJob().getJob();
+  EnvelopeBuilder report(message.request_id());
+  absl::Status status;
+  std::vector<DecodeStepResult> results;
+  if (body.isPrefillJob()) {
+    absl::StatusOr<PrefillWork> work = PrefillWorkFromWire(body.getPrefillJob(), ctx);
+    status = work.ok() ? executor.Prefill(*work) : work.status();
+  } else {
+    absl::StatusOr<DecodeWork> work = DecodeWorkFromWire(body.getDecodeJob(), ctx);
+    if (work.ok()) {
+      absl::StatusOr<std::vector<DecodeStepResult>> r = executor.Decode(*work);
+      if (r.ok()) results = std::move(*r);
+      status = r.status();
+    } else {
+      status = work.status();
+    }
+  }
+  const auto micros =
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
+  if (!status.ok()) {
+    spdlog::warn("job {} failed: {}", job, status.ToString());
+    auto failed = report.envelope().getBody().initJobFailed();
+    failed.setJob(job);
+    StatusToWire(status, failed.initError());
+    return report;
+  }
+  auto done = report.envelope().getBody().initJobDone();
+  done.setJob(job);
+  done.setExecMicros(static_cast<uint64_t>(micros));
+  DecodeResultsToWire(results, static_cast<uint32_t>(ctx.model.num_q_heads),
+                      static_cast<uint32_t>(ctx.spec.head_dim), done.initOutputs(results.size()));
+  return report;
+}
+
+}  // namespace
+
+absl::Status WorkerLoop::Run(const std::atomic<bool>& stop) {
+  zmq::context_t context(1);
+  const std::string role = RoleName(options_.role);
+  bool waiting_logged = false;
+  for (int session_number = 1; !stop; ++session_number) {
+    const std::string identity =
+        absl::StrCat("worker-", role, "-", ::getpid(), "-", session_number);
+    Dealer dealer(context, options_.endpoint, identity);
+    absl::StatusOr<Session> session = Register(dealer, options_);
+    if (!session.ok()) {
+      if (absl::IsUnimplemented(session.status()) || absl::IsInvalidArgument(session.status())) {
+        return session.status();  // this worker cannot serve this pool
+      }
+      if (!waiting_logged) {
+        spdlog::info("waiting for kvpoold at {} ({})", options_.endpoint,
+                     std::string(std::string(session.status().message())));
+        waiting_logged = true;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+      continue;
+    }
+    waiting_logged = false;
+    absl::StatusOr<std::unique_ptr<Attachment>> attachment =
+        Attach(session->fd_channel, options_.backend, options_.gpu, session->ctx, session->epoch);
+    if (!attachment.ok()) {
+      if (absl::IsFailedPrecondition(attachment.status())) return attachment.status();
+      spdlog::warn("attach failed, registering again: {}", attachment.status().ToString());
+      continue;
+    }
+    spdlog::info("registered: role={} lease={} backend={} blocks={} {}", role, session->lease,
+                 (*attachment)->backend_name(), session->ctx.num_blocks,
+                 session->ctx.spec.DebugString());
+    std::atomic<bool> lost = false;
+    std::thread heartbeats(Heartbeats, std::ref(context), std::cref(options_.endpoint),
+                           std::cref(*session), std::cref(stop), std::ref(lost));
+    while (!stop && !lost) {
+      absl::StatusOr<std::unique_ptr<ParsedEnvelope>> message = dealer.Receive(100);
+      if (absl::IsDeadlineExceeded(message.status())) continue;
+      if (!message.ok()) {
+        spdlog::warn("dropped a message from kvpoold: {}", message.status().ToString());
+        continue;
+      }
+      const auto body = (*message)->envelope().getBody();
+      if (body.isPrefillJob() || body.isDecodeJob()) {
+        const EnvelopeBuilder report = Execute(**message, session->ctx, (*attachment)->executor());
+        if (absl::Status s = dealer.Send(report); !s.ok()) {
+          spdlog::warn("could not report job: {}", s.ToString());
+        }
+      } else if (body.isError()) {
+        spdlog::warn("kvpoold: {}", StatusFromWire(body.getError()).ToString());
+      }
+    }
+    heartbeats.join();
+    if (lost) spdlog::warn("lost kvpoold; unmapping the arena and registering again");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace kvp
