@@ -90,9 +90,10 @@ void Client::BuildPrefill(EnvelopeBuilder& request, uint64_t sequence,
 }
 
 void Client::BuildDecode(EnvelopeBuilder& request, const std::vector<DecodeStepRequest>& steps,
-                         bool last_layer_only, const PoolSpec* spec, const ModelConfig* model) {
+                         wire::OutputLayers outputs, const PoolSpec* spec,
+                         const ModelConfig* model) {
   auto d = request.envelope().getBody().initDecode();
-  d.setOutputLayers(last_layer_only ? wire::OutputLayers::LAST : wire::OutputLayers::ALL);
+  d.setOutputLayers(outputs);
   auto list = d.initSteps(steps.size());
   for (size_t i = 0; i < steps.size(); ++i) {
     const DecodeStepRequest& s = steps[i];
@@ -138,10 +139,10 @@ absl::StatusOr<PrefillResult> Client::Prefill(uint64_t sequence, std::span<const
 }
 
 absl::StatusOr<DecodeResult> Client::Decode(const std::vector<DecodeStepRequest>& steps,
-                                            bool last_layer_only, const PoolSpec* spec,
+                                            wire::OutputLayers outputs, const PoolSpec* spec,
                                             const ModelConfig* model) {
   EnvelopeBuilder request = NewRequest();
-  BuildDecode(request, steps, last_layer_only, spec, model);
+  BuildDecode(request, steps, outputs, spec, model);
   ASSIGN_OR_RETURN(auto reply, Call(request));
   return DecodeResultOf(*reply);
 }

@@ -91,7 +91,8 @@ class Client {
                                         const TokenActivations* activations = nullptr,
                                         const PoolSpec* spec = nullptr);
   absl::StatusOr<DecodeResult> Decode(const std::vector<DecodeStepRequest>& steps,
-                                      bool last_layer_only = false, const PoolSpec* spec = nullptr,
+                                      wire::OutputLayers outputs = wire::OutputLayers::ALL,
+                                      const PoolSpec* spec = nullptr,
                                       const ModelConfig* model = nullptr);
   absl::StatusOr<uint32_t> Release(uint64_t sequence);
   absl::StatusOr<uint32_t> Fork(uint64_t source, uint64_t target);
@@ -113,7 +114,8 @@ class Client {
                            std::span<const int32_t> tokens, const TokenActivations* activations,
                            const PoolSpec* spec);
   static void BuildDecode(EnvelopeBuilder& request, const std::vector<DecodeStepRequest>& steps,
-                          bool last_layer_only, const PoolSpec* spec, const ModelConfig* model);
+                          wire::OutputLayers outputs, const PoolSpec* spec,
+                          const ModelConfig* model);
 
   const ClientOptions& options() const { return options_; }
 

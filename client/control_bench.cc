@@ -1,11 +1,12 @@
 #include "client/control_bench.h"
 
+#include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <filesystem>
-#include <thread>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -34,39 +35,63 @@ LatencySummary Summarize(std::vector<double> us) {
 
 double Micros(Clock::duration d) { return std::chrono::duration<double, std::micro>(d).count(); }
 
-// Round trips of `bytes`-byte messages through a ROUTER echo thread over ipc://.
-std::vector<double> BareRoundTrips(int count, size_t bytes) {
-  const std::string dir = std::filesystem::temp_directory_path() /
-                          absl::StrCat("kvpool-bare-", ::getpid());
-  std::filesystem::create_directories(dir);
-  const std::string endpoint = absl::StrCat("ipc://", dir, "/echo.sock");
+void RunEchoServer(const std::string& endpoint, int messages) {
   zmq::context_t context(1);
   zmq::socket_t router(context, zmq::socket_type::router);
   router.set(zmq::sockopt::linger, 0);
+  router.set(zmq::sockopt::rcvtimeo, 10'000);
   router.bind(endpoint);
-  std::thread echo([&] {
-    for (int i = 0; i < count + 1; ++i) {
-      std::vector<zmq::message_t> frames;
-      if (!zmq::recv_multipart(router, std::back_inserter(frames))) return;
-      zmq::send_multipart(router, frames);
-    }
-  });
-  zmq::socket_t dealer(context, zmq::socket_type::dealer);
-  dealer.set(zmq::sockopt::linger, 0);
-  dealer.connect(endpoint);
-  std::string payload(bytes, 'x');
-  std::vector<double> us;
-  for (int i = 0; i < count + 1; ++i) {
-    const auto t0 = Clock::now();
-    dealer.send(zmq::buffer(payload));
-    zmq::message_t reply;
-    (void)dealer.recv(reply);
-    if (i > 0) us.push_back(Micros(Clock::now() - t0));  // the first one connects
+  for (int i = 0; i < messages; ++i) {
+    std::vector<zmq::message_t> frames;
+    if (!zmq::recv_multipart(router, std::back_inserter(frames))) return;
+    zmq::send_multipart(router, frames);
   }
-  echo.join();
-  std::filesystem::remove_all(dir);
-  return us;
 }
+
+// A ROUTER echo in another process over ipc://, as kvpoold is: the same hops and wake-ups, none
+// of kvpoold's work. Round trips through it interleave with kvpoold's, so both see the same noise.
+class BareEcho {
+ public:
+  static absl::StatusOr<std::unique_ptr<BareEcho>> Start(int messages) {
+    std::unique_ptr<BareEcho> e(new BareEcho());
+    e->dir_ = std::filesystem::temp_directory_path() / absl::StrCat("kvpool-bare-", ::getpid());
+    std::filesystem::create_directories(e->dir_);
+    const std::string endpoint = absl::StrCat("ipc://", e->dir_, "/echo.sock");
+    e->child_ = ::fork();
+    if (e->child_ < 0) return absl::InternalError("fork failed");
+    if (e->child_ == 0) {
+      // Only this thread exists here; a fresh context, never the parent's.
+      RunEchoServer(endpoint, messages);
+      ::_exit(0);
+    }
+    e->dealer_.set(zmq::sockopt::linger, 0);
+    e->dealer_.set(zmq::sockopt::rcvtimeo, 10'000);
+    e->dealer_.connect(endpoint);
+    return e;
+  }
+  ~BareEcho() {
+    dealer_.close();
+    if (child_ > 0) {
+      ::kill(child_, SIGKILL);
+      ::waitpid(child_, nullptr, 0);
+    }
+    std::filesystem::remove_all(dir_);
+  }
+  absl::StatusOr<double> RoundTrip(const std::string& payload) {
+    const auto t0 = Clock::now();
+    dealer_.send(zmq::buffer(payload));
+    zmq::message_t reply;
+    if (!dealer_.recv(reply)) return absl::InternalError("the echo process stopped answering");
+    return Micros(Clock::now() - t0);
+  }
+
+ private:
+  BareEcho() = default;
+  std::string dir_;
+  pid_t child_ = -1;
+  zmq::context_t context_{1};
+  zmq::socket_t dealer_{context_, zmq::socket_type::dealer};
+};
 
 }  // namespace
 
@@ -82,10 +107,15 @@ absl::StatusOr<ControlBenchReport> RunControlBench(
     a.initTokens(tokens.size());
     for (const auto& f : probe.Frame()) report.message_bytes += f.size();
   }
-  std::vector<double> append_us, commit_us;
+  std::vector<double> bare_us, append_us, commit_us;
+  const std::string payload(report.message_bytes, 'x');
+  ASSIGN_OR_RETURN(std::unique_ptr<BareEcho> echo, BareEcho::Start(requests + 1));
+  RETURN_IF_ERROR(echo->RoundTrip(payload).status());  // connects
   const uint64_t base = (uint64_t{1} << 62) + static_cast<uint64_t>(::getpid()) * 1'000'000;
   for (int i = 0; i < requests; ++i) {
     const uint64_t seq = base + i;
+    ASSIGN_OR_RETURN(double bare, echo->RoundTrip(payload));
+    bare_us.push_back(bare);
     auto t0 = Clock::now();
     ASSIGN_OR_RETURN(AppendResult appended, client.Append(seq, tokens));
     append_us.push_back(Micros(Clock::now() - t0));
@@ -95,7 +125,7 @@ absl::StatusOr<ControlBenchReport> RunControlBench(
     RETURN_IF_ERROR(client.Release(seq).status());
     if ((i + 1) % 1000 == 0 || i + 1 == requests) progress(i + 1, requests);
   }
-  report.bare = Summarize(BareRoundTrips(requests, report.message_bytes));
+  report.bare = Summarize(std::move(bare_us));
   report.append = Summarize(std::move(append_us));
   report.commit = Summarize(std::move(commit_us));
   return report;

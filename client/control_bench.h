@@ -1,6 +1,7 @@
 // The control-plane benchmark: round trips kvpoold answers itself (an engine's Append of one
 // block's tokens to a fresh sequence, then its Commit), next to a bare ZeroMQ DEALER/ROUTER echo
-// of a message of the same size over ipc://, measured in the same run.
+// of a message of the same size over ipc://, served by another process as kvpoold is, measured in
+// the same run.
 #pragma once
 
 #include <cstdint>

@@ -6,6 +6,7 @@
 //   kvpoolctl fork SRC DST | release SEQ
 //   kvpoolctl bench [--sequences=16 --prompt=2048 --steps=64 ...] [--json] [--out=FILE]
 //   kvpoolctl bench-control [--requests=20000] [--json] [--out=FILE]
+//   kvpoolctl bench-decode [--batch=64 --context=32768 --steps=20] [--json] [--out=FILE]
 //
 // Sequences belong to the client name (--name, default "kvpoolctl"), so successive commands see
 // each other's sequences while kvpoold's client lease lasts.
@@ -24,6 +25,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "base/malloc_tuning.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -31,6 +33,7 @@
 #include "base/status_macros.h"
 #include "client/client.h"
 #include "client/control_bench.h"
+#include "client/decode_bench.h"
 #include "client/progress.h"
 #include "client/workload.h"
 #include "kvpool/format/kv_format_names.h"
@@ -42,14 +45,17 @@ ABSL_FLAG(int, timeout_ms, 120000, "how long to wait for each reply");
 ABSL_FLAG(int, tokens, 64, "prefill: number of synthetic prompt tokens");
 ABSL_FLAG(std::string, token_ids, "", "prefill: explicit token ids, comma-separated");
 ABSL_FLAG(int, token, 1, "decode: the new token id");
-ABSL_FLAG(int, steps, 1, "decode: steps to run");
+ABSL_FLAG(int, steps, 1, "decode: steps to run; bench-decode: timed steps");
 ABSL_FLAG(int, sequences, 16, "bench: sequences");
 ABSL_FLAG(int, prompt, 2048, "bench: prompt tokens per sequence");
 ABSL_FLAG(int, decode_steps, 64, "bench: decode steps");
 ABSL_FLAG(int, shared_prefix, 0, "bench: leading prompt tokens all sequences share");
 ABSL_FLAG(int, verify_sequences, 4, "bench: sequences checked against a bf16 reference");
-ABSL_FLAG(bool, last_layer_only, false, "bench: replies carry only the last layer's outputs");
+ABSL_FLAG(std::string, outputs, "", "what decode replies carry: all, last or none (bench: all, "
+          "bench-decode: last)");
 ABSL_FLAG(double, needle_gain, 0.35, "bench: how strongly each step's query leans on its needle");
+ABSL_FLAG(int, batch, 64, "bench-decode: sequences per step (forks of one prompt)");
+ABSL_FLAG(int, context, 32768, "bench-decode: prompt tokens");
 ABSL_FLAG(int, requests, 20000, "bench-control: append + commit pairs");
 ABSL_FLAG(std::string, device, "", "bench: device name recorded in the JSON");
 ABSL_FLAG(bool, json, false, "print JSON instead of a table");
@@ -78,6 +84,15 @@ absl::StatusOr<uint64_t> Number(const std::vector<char*>& args, size_t i, const 
     return absl::InvalidArgumentError(absl::StrCat("expected ", what, " as argument ", i));
   }
   return v;
+}
+
+absl::StatusOr<wire::OutputLayers> ParseOutputs(const std::string& name,
+                                                wire::OutputLayers fallback) {
+  if (name.empty()) return fallback;
+  if (name == "all") return wire::OutputLayers::ALL;
+  if (name == "last") return wire::OutputLayers::LAST;
+  if (name == "none") return wire::OutputLayers::NONE;
+  return absl::InvalidArgumentError(absl::StrCat("--outputs=", name, ": expected all, last or none"));
 }
 
 absl::Status Emit(const std::string& table, const std::string& json) {
@@ -160,7 +175,7 @@ absl::Status Run(const std::vector<char*>& args) {
     ASSIGN_OR_RETURN(uint64_t seq, Number(args, 2, "a sequence id"));
     for (int i = 0; i < absl::GetFlag(FLAGS_steps); ++i) {
       DecodeStepRequest step{seq, absl::GetFlag(FLAGS_token), std::nullopt, nullptr, nullptr};
-      ASSIGN_OR_RETURN(DecodeResult r, client.Decode({step}, true));
+      ASSIGN_OR_RETURN(DecodeResult r, client.Decode({step}, wire::OutputLayers::LAST));
       const DecodeStepResult& s = r.steps.at(0);
       double norm = 0;
       for (float v : s.out.at(0)) norm += double(v) * v;
@@ -192,7 +207,7 @@ absl::Status Run(const std::vector<char*>& args) {
     c.decode_steps = absl::GetFlag(FLAGS_decode_steps);
     c.shared_prefix_tokens = absl::GetFlag(FLAGS_shared_prefix);
     c.verify_sequences = absl::GetFlag(FLAGS_verify_sequences);
-    c.last_layer_only = absl::GetFlag(FLAGS_last_layer_only);
+    ASSIGN_OR_RETURN(c.outputs, ParseOutputs(absl::GetFlag(FLAGS_outputs), wire::OutputLayers::ALL));
     c.needle_gain = static_cast<float>(absl::GetFlag(FLAGS_needle_gain));
     ProgressBar bar;
     ASSIGN_OR_RETURN(WorkloadReport report,
@@ -210,6 +225,21 @@ absl::Status Run(const std::vector<char*>& args) {
                                      }));
     return Emit(ControlBenchTable(report), ControlBenchJson(report, Today(), Hostname()));
   }
+  if (command == "bench-decode") {
+    RETURN_IF_ERROR(WaitForWorkers(client));
+    DecodeBenchConfig c;
+    c.batch = absl::GetFlag(FLAGS_batch);
+    c.context = absl::GetFlag(FLAGS_context);
+    c.steps = absl::GetFlag(FLAGS_steps);
+    ASSIGN_OR_RETURN(c.outputs,
+                     ParseOutputs(absl::GetFlag(FLAGS_outputs), wire::OutputLayers::LAST));
+    ProgressBar bar;
+    ASSIGN_OR_RETURN(DecodeBenchReport report,
+                     RunDecodeBench(client, c, [&](const std::string& phase, int64_t done,
+                                                   int64_t total) { bar.Update(phase, done, total); }));
+    return Emit(DecodeBenchTable(report),
+                DecodeBenchJson(report, Today(), Hostname(), absl::GetFlag(FLAGS_device)));
+  }
   return absl::InvalidArgumentError(absl::StrCat("unknown command '", command, "'; see --help"));
 }
 
@@ -219,7 +249,8 @@ absl::Status Run(const std::vector<char*>& args) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "kvpoolctl COMMAND [ARGS]: health, stats, prefill SEQ, decode SEQ, fork SRC DST, "
-      "release SEQ, bench, bench-control");
+      "release SEQ, bench, bench-control, bench-decode");
+  kvp::KeepFreedMemoryForReuse();
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   const absl::Status status = kvp::Run(args);
   if (!status.ok()) {

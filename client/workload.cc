@@ -181,7 +181,7 @@ absl::StatusOr<WorkloadReport> RunWorkload(Client& client, const WorkloadConfig&
                                    nullptr, nullptr};
     }
     const auto t0 = Clock::now();
-    ASSIGN_OR_RETURN(DecodeResult result, client.Decode(steps, config.last_layer_only));
+    ASSIGN_OR_RETURN(DecodeResult result, client.Decode(steps, config.outputs));
     step_ms.push_back(Seconds(Clock::now() - t0) * 1e3);
     worker_ms += result.worker_micros * 1e-3;
     if (result.steps.size() != steps.size()) {
@@ -194,7 +194,8 @@ absl::StatusOr<WorkloadReport> RunWorkload(Client& client, const WorkloadConfig&
       const SyntheticNeedle needle{static_cast<int32_t>(steps[i].needle->position),
                                    steps[i].needle->token, steps[i].needle->gain};
       for (size_t j = 0; j < r.out.size(); ++j) {
-        const int layer = config.last_layer_only ? spec.num_layers - 1 : static_cast<int>(j);
+        const int layer = config.outputs == wire::OutputLayers::LAST ? spec.num_layers - 1
+                                                                     : static_cast<int>(j);
         std::vector<int64_t> selected;
         if (spec.indexer) {
           for (int32_t p : r.topk[j]) {

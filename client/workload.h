@@ -22,7 +22,7 @@ struct WorkloadConfig {
   float needle_gain = 0.35f;
   uint64_t seed = 1;
   int verify_sequences = 4;      // sequences checked against the bf16 reference (0: none)
-  bool last_layer_only = false;  // replies carry only the last layer's outputs
+  wire::OutputLayers outputs = wire::OutputLayers::ALL;  // what replies carry
   bool release = true;           // release the sequences at the end
   uint64_t first_sequence = 1;   // sequence ids first_sequence, first_sequence + 1, ...
 };

@@ -11,6 +11,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "base/malloc_tuning.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
@@ -161,6 +162,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "kvpoold: the kvpool daemon. Owns the KV-cache arena and brokers prefill and decode jobs.\n"
       "Example: kvpoold --backend=host --arena_mib=512 --layers=4");
+  kvp::KeepFreedMemoryForReuse();
   absl::ParseCommandLine(argc, argv);
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ kvpoold[%P] %v");
   const absl::Status status = kvp::Main();

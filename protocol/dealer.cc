@@ -29,14 +29,12 @@ absl::Status Dealer::Send(const EnvelopeBuilder& message) {
 }
 
 absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Dealer::Receive(int timeout_ms) {
-  zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-  if (zmq::poll(&item, 1, std::chrono::milliseconds(timeout_ms)) == 0) {
+  // A blocking receive with a timeout: one wake-up per message, no separate poll.
+  socket_.set(zmq::sockopt::rcvtimeo, timeout_ms);
+  std::vector<zmq::message_t> frames;
+  if (!zmq::recv_multipart(socket_, std::back_inserter(frames))) {
     return absl::DeadlineExceededError(
         absl::StrCat("no message from kvpoold within ", timeout_ms, " ms"));
-  }
-  std::vector<zmq::message_t> frames;
-  if (!zmq::recv_multipart(socket_, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
-    return absl::DeadlineExceededError("a message was announced but not there");
   }
   return ParseEnvelope(std::move(frames));
 }

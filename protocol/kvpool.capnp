@@ -115,11 +115,13 @@ struct DecodeStep {
   needle @4 :Needle;            # synthetic only; absent: none
 }
 
-# Which layers' outputs a decode reply carries: every layer (tests, accuracy), or the last one
-# (what a model passes on; keeps replies small for deep pools).
+# Which layers' outputs a decode reply carries: every layer (tests, accuracy), the last one (a
+# stand-in for the hidden state a model passes on), or none: only each sequence's new length, the
+# size of what a full model's decode returns (a token per sequence). Every layer runs regardless.
 enum OutputLayers {
   all @0;
   last @1;
+  none @2;
 }
 
 struct DecodeRequest {

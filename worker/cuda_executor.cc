@@ -142,11 +142,14 @@ absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::Decode(const DecodeW
   ASSIGN_OR_RETURN(void* idx_q, index_q_.Get(n * kIndexHeads * kIndexHeadDim * sizeof(Bf16)));
   ASSIGN_OR_RETURN(void* weights, weights_.Get(n * kIndexHeads * sizeof(float)));
   ASSIGN_OR_RETURN(void* logits, logits_.Get(static_cast<size_t>(n) * max_len * sizeof(float)));
-  const int out_layers = work.last_layer_only ? 1 : ctx_.spec.num_layers;
+  const int out_layers = work.outputs == wire::OutputLayers::ALL    ? ctx_.spec.num_layers
+                         : work.outputs == wire::OutputLayers::LAST ? 1
+                                                                    : 0;
   const size_t out_per_layer = static_cast<size_t>(n) * qh * d;
   const size_t topk_per_layer = indexer ? static_cast<size_t>(n) * k : 0;
-  ASSIGN_OR_RETURN(void* out, out_.Get(out_layers * out_per_layer * sizeof(float)));
-  ASSIGN_OR_RETURN(void* topk, topk_.Get(std::max<size_t>(out_layers * topk_per_layer, 1) * 4));
+  ASSIGN_OR_RETURN(void* out, out_.Get(std::max(out_layers, 1) * out_per_layer * sizeof(float)));
+  ASSIGN_OR_RETURN(void* topk,
+                   topk_.Get(std::max<size_t>(std::max(out_layers, 1) * topk_per_layer, 1) * 4));
 
   TokenInputs host_tokens;
   QueryInputs host_queries;
@@ -201,8 +204,8 @@ absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::Decode(const DecodeW
         ASSIGN_OR_RETURN(weights, Upload(host_queries.weights, weights_));
       }
     }
-    // With last_layer_only every layer writes the one output slot; the last one stays.
-    const int slot = work.last_layer_only ? 0 : l;
+    // Unless all layers are returned, every layer writes the one output slot; the last one stays.
+    const int slot = work.outputs == wire::OutputLayers::ALL ? l : 0;
     float* layer_out = static_cast<float*>(out) + slot * out_per_layer;
     int32_t* layer_topk = static_cast<int32_t*>(topk) + slot * topk_per_layer;
     AttentionParams attn{cache,     static_cast<const Bf16*>(q), d_tables,
@@ -226,8 +229,11 @@ absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::Decode(const DecodeW
   }
   std::vector<float> host_out(out_layers * out_per_layer);
   std::vector<int32_t> host_topk(out_layers * topk_per_layer);
-  KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out.data(), out, host_out.size() * sizeof(float),
-                                           cudaMemcpyDeviceToHost, stream_));
+  if (!host_out.empty()) {
+    KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out.data(), out,
+                                             host_out.size() * sizeof(float),
+                                             cudaMemcpyDeviceToHost, stream_));
+  }
   if (!host_topk.empty()) {
     KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_topk.data(), topk,
                                              host_topk.size() * sizeof(int32_t),

@@ -82,7 +82,9 @@ absl::StatusOr<std::vector<DecodeStepResult>> HostExecutor::Decode(const DecodeW
     } else {
       RETURN_IF_ERROR(PagedDecodeRef(PagedDecodeParams{attn, 0}));
     }
-    if (work.last_layer_only && l + 1 < ctx_.spec.num_layers) continue;
+    const bool returned = work.outputs == wire::OutputLayers::ALL ||
+                          (work.outputs == wire::OutputLayers::LAST && l + 1 == ctx_.spec.num_layers);
+    if (!returned) continue;
     for (int i = 0; i < n; ++i) {
       results[i].out.emplace_back(out.begin() + static_cast<size_t>(i) * qh * d,
                                   out.begin() + static_cast<size_t>(i + 1) * qh * d);

@@ -60,7 +60,7 @@ absl::StatusOr<PrefillWork> PrefillWorkFromWire(wire::PrefillJob::Reader job,
 
 absl::StatusOr<DecodeWork> DecodeWorkFromWire(wire::DecodeJob::Reader job, const JobContext& ctx) {
   DecodeWork w;
-  w.last_layer_only = job.getOutputLayers() == wire::OutputLayers::LAST;
+  w.outputs = job.getOutputLayers();
   for (auto s : job.getSteps()) {
     DecodeStepWork step;
     step.sequence = s.getSequence();

@@ -44,7 +44,7 @@ struct DecodeStepWork {
 
 struct DecodeWork {
   std::vector<DecodeStepWork> steps;
-  bool last_layer_only = false;
+  wire::OutputLayers outputs = wire::OutputLayers::ALL;
 };
 
 // What jobs are checked against: the pool's shape, its block count and the model.

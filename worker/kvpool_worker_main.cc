@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "base/malloc_tuning.h"
 #include "protocol/endpoints.h"
 #include "worker/worker_loop.h"
 
@@ -29,6 +30,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "kvpool-worker: runs kvpoold's prefill or decode jobs.\n"
       "Example: kvpool-worker --role=decode --gpu=0");
+  kvp::KeepFreedMemoryForReuse();
   absl::ParseCommandLine(argc, argv);
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ kvpool-worker[%P] %v");
   kvp::WorkerOptions options;

@@ -1,0 +1,162 @@
+"""A Python client of kvpoold: pyzmq for the transport, pycapnp over the same kvpool.capnp schema.
+
+    from kvpool_client import KvpoolClient
+    client = KvpoolClient("ipc:///run/kvpool/kvpoold.sock", name="my-engine")
+    client.prefill(1, list(range(2048)))
+    out = client.decode([(1, 42)], outputs="last")   # one step for sequence 1, token 42
+    client.release(1)
+
+Every message is one Envelope framed as one ZeroMQ frame per Cap'n Proto segment (DESIGN.md §6).
+Error replies raise KvpoolError with the Abseil status code name. Nothing received is pickled or
+evaluated. Sequences belong to the client's name while kvpoold's client lease lasts.
+"""
+
+import itertools
+import os
+import struct
+
+import capnp  # pycapnp
+import zmq
+
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_SCHEMA_CANDIDATES = [
+    os.environ.get("KVPOOL_SCHEMA", ""),
+    os.path.join(_HERE, "..", "..", "protocol", "kvpool.capnp"),  # a source checkout
+    os.path.join(_HERE, "..", "kvpool.capnp"),  # installed: share/kvpool/
+]
+
+
+def _load_schema():
+    for path in _SCHEMA_CANDIDATES:
+        if path and os.path.exists(path):
+            return capnp.load(os.path.abspath(path), imports=["/usr/include", "/usr/local/include"])
+    raise FileNotFoundError("kvpool.capnp not found; set KVPOOL_SCHEMA")
+
+
+schema = _load_schema()
+
+
+def default_endpoint():
+    """The same default as the C++ tools (protocol/endpoints.h)."""
+    for var in ("KVPOOL_RUNTIME_DIR", "RUNTIME_DIRECTORY"):
+        if os.environ.get(var):
+            return "ipc://%s/kvpoold.sock" % os.environ[var]
+    if os.geteuid() == 0:
+        return "ipc:///run/kvpool/kvpoold.sock"
+    if os.environ.get("XDG_RUNTIME_DIR"):
+        return "ipc://%s/kvpool/kvpoold.sock" % os.environ["XDG_RUNTIME_DIR"]
+    return "ipc:///tmp/kvpool-%d/kvpoold.sock" % os.geteuid()
+
+
+class KvpoolError(Exception):
+    def __init__(self, code, message):
+        super().__init__("%s: %s" % (code, message))
+        self.code = code
+        self.message = message
+
+
+def _code_name(code):
+    # invalidArgument -> INVALID_ARGUMENT, as Abseil spells it.
+    name = str(code)
+    return "".join("_" + c if c.isupper() else c for c in name).upper()
+
+
+def _tensor_values(tensor):
+    fmt = {"float32": "f", "int32": "i", "int64": "q"}[str(tensor.dtype)]
+    data = bytes(tensor.data)
+    return list(struct.unpack("<%d%s" % (len(data) // struct.calcsize(fmt), fmt), data))
+
+
+class KvpoolClient:
+    def __init__(self, endpoint=None, name=None, timeout_ms=120000):
+        self._context = zmq.Context.instance()
+        self._socket = self._context.socket(zmq.DEALER)
+        self._socket.setsockopt(zmq.LINGER, 0)
+        self._socket.setsockopt_string(zmq.ROUTING_ID, name or "py-%d" % os.getpid())
+        self._socket.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        self._socket.connect(endpoint or default_endpoint())
+        self._ids = itertools.count(1)
+
+    def close(self):
+        self._socket.close()
+
+    def _call(self, kind, **fields):
+        request_id = next(self._ids)
+        envelope = schema.Envelope.new_message(schemaVersion=schema.schemaVersion,
+                                               requestId=request_id)
+        body = envelope.body.init(kind)
+        for key, value in fields.items():
+            setattr(body, key, value)
+        return self._send_and_wait(envelope, request_id)
+
+    def _send_and_wait(self, envelope, request_id):
+        self._socket.send_multipart(envelope.to_segments())
+        while True:
+            try:
+                frames = self._socket.recv_multipart()
+            except zmq.Again:
+                raise KvpoolError("DEADLINE_EXCEEDED", "no reply from kvpoold") from None
+            reply = schema.Envelope.from_segments(frames, traversal_limit_in_words=
+                                                  2 * sum(len(f) for f in frames) // 8)
+            if reply.schemaVersion != schema.schemaVersion:
+                raise KvpoolError("FAILED_PRECONDITION",
+                                  "kvpoold speaks schema version %d" % reply.schemaVersion)
+            if reply.requestId != request_id:
+                continue  # a late reply to an earlier, timed-out call
+            which = reply.body.which()
+            if which == "error":
+                raise KvpoolError(_code_name(reply.body.error.code), reply.body.error.message)
+            return which, _to_python(reply.body)
+
+    def health(self):
+        _, h = self._call("health")
+        return h
+
+    def stats(self):
+        _, s = self._call("stats")
+        return s
+
+    def prefill(self, sequence, tokens):
+        _, r = self._call("prefill", sequence=sequence, tokens=list(tokens))
+        return r
+
+    def decode(self, steps, outputs="all"):
+        """steps: (sequence, token) or (sequence, token, needle_position, needle_token, gain)."""
+        request_id = next(self._ids)
+        envelope = schema.Envelope.new_message(schemaVersion=schema.schemaVersion,
+                                               requestId=request_id)
+        decode = envelope.body.init("decode")
+        decode.outputLayers = outputs
+        wire_steps = decode.init("steps", len(steps))
+        for wire_step, step in zip(wire_steps, steps):
+            wire_step.sequence, wire_step.token = step[0], step[1]
+            if len(step) == 5:
+                needle = wire_step.init("needle")
+                needle.position, needle.token, needle.gain = step[2], step[3], step[4]
+        _, reply = self._send_and_wait(envelope, request_id)
+        return reply
+
+    def fork(self, source, target):
+        _, r = self._call("fork", source=source, target=target)
+        return r["sharedBlocks"]
+
+    def release(self, sequence):
+        _, r = self._call("release", sequence=sequence)
+        return r["releasedBlocks"]
+
+
+def _to_python(body):
+    """The reply body as plain Python values; tensors become lists."""
+    which = body.which()
+    reply = getattr(body, which)
+    if which == "decodeReply":
+        return {
+            "workerMicros": reply.workerMicros,
+            "outputs": [{
+                "sequence": o.sequence,
+                "length": o.length,
+                "out": [_tensor_values(t) for t in o.out],
+                "topk": [_tensor_values(t) for t in o.topk],
+            } for o in reply.outputs],
+        }
+    return reply.to_dict()

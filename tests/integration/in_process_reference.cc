@@ -36,7 +36,7 @@ absl::StatusOr<std::vector<std::vector<DecodeStepResult>>> RunWorkloadInProcess(
   std::vector<std::vector<DecodeStepResult>> outputs;
   for (int step = 0; step < config.decode_steps; ++step) {
     DecodeWork work;
-    work.last_layer_only = config.last_layer_only;
+    work.outputs = config.outputs;
     for (int i = 0; i < n; ++i) {
       const SeqId seq = config.first_sequence + i;
       const int64_t length = static_cast<int64_t>(tokens[i].size());

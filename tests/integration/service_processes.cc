@@ -17,6 +17,18 @@
 extern char** environ;
 
 namespace kvp::testing {
+namespace {
+
+// The binaries: $KVPOOLD_BIN / $KVPOOL_WORKER_BIN (a bundle on a GPU host), else the build's.
+std::string Binary(const char* env, const char* built) {
+  const char* v = std::getenv(env);
+  return v != nullptr && v[0] != '\0' ? v : built;
+}
+
+std::string Kvpoold() { return Binary("KVPOOLD_BIN", KVPOOLD_PATH); }
+std::string KvpoolWorker() { return Binary("KVPOOL_WORKER_BIN", KVPOOL_WORKER_PATH); }
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ServiceProcesses>> ServiceProcesses::Start(
     const ServiceOptions& options) {
@@ -24,18 +36,18 @@ absl::StatusOr<std::unique_ptr<ServiceProcesses>> ServiceProcesses::Start(
   char dir_template[] = "/tmp/kvpool-test-XXXXXX";
   if (::mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
   s->dir_ = dir_template;
-  s->daemon_flags_ = {"--backend=host",      "--arena_mib=64",        "--layers=2",
+  s->daemon_flags_ = {absl::StrCat("--backend=", options.backend), "--arena_mib=64",        "--layers=2",
                       "--topk=64",           "--heartbeat_ms=100",    "--lease_expiry_ms=600",
                       "--metrics_port=-1",   "--drain_timeout_ms=20000"};
   s->daemon_flags_.insert(s->daemon_flags_.end(), options.daemon_flags.begin(),
                           options.daemon_flags.end());
   RETURN_IF_ERROR(s->RestartDaemon());
   for (int i = 0; i < options.prefill_workers; ++i) {
-    s->prefill_.push_back(s->Spawn(KVPOOL_WORKER_PATH, {"--role=prefill", "--backend=host",
+    s->prefill_.push_back(s->Spawn(KvpoolWorker(), {"--role=prefill", absl::StrCat("--backend=", options.backend),
                                                         absl::StrCat("--runtime_dir=", s->dir_)}));
   }
   for (int i = 0; i < options.decode_workers; ++i) {
-    s->decode_.push_back(s->Spawn(KVPOOL_WORKER_PATH, {"--role=decode", "--backend=host",
+    s->decode_.push_back(s->Spawn(KvpoolWorker(), {"--role=decode", absl::StrCat("--backend=", options.backend),
                                                        absl::StrCat("--runtime_dir=", s->dir_)}));
   }
   RETURN_IF_ERROR(
@@ -90,7 +102,7 @@ int ServiceProcesses::Stop(pid_t pid, int signal) {
 absl::Status ServiceProcesses::RestartDaemon() {
   std::vector<std::string> args = daemon_flags_;
   args.push_back(absl::StrCat("--runtime_dir=", dir_));
-  daemon_ = Spawn(KVPOOLD_PATH, args);
+  daemon_ = Spawn(Kvpoold(), args);
   if (daemon_ < 0) return absl::InternalError("cannot start kvpoold");
   return absl::OkStatus();
 }

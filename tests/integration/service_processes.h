@@ -15,6 +15,7 @@
 namespace kvp::testing {
 
 struct ServiceOptions {
+  std::string backend = "host";           // of kvpoold's arena and the workers
   std::vector<std::string> daemon_flags;  // added to the defaults below (later flags win)
   int prefill_workers = 1;
   int decode_workers = 1;
@@ -22,7 +23,7 @@ struct ServiceOptions {
 
 class ServiceProcesses {
  public:
-  // Starts kvpoold (--backend=host --arena_mib=64 --layers=2 --topk=64 --heartbeat_ms=100
+  // Starts kvpoold (--arena_mib=64 --layers=2 --topk=64 --heartbeat_ms=100
   // --lease_expiry_ms=600, no HTTP) and the workers, and waits until all have registered.
   static absl::StatusOr<std::unique_ptr<ServiceProcesses>> Start(const ServiceOptions& options);
   ~ServiceProcesses();  // SIGKILLs whatever is still running, removes the runtime directory

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -449,6 +450,95 @@ TEST_F(CudaKernelsTest, SyntheticGeneratorMatchesTheCpuBitForBit) {
   EXPECT_EQ(bits(Down<Bf16>(dk, k.size())), bits(k));
   EXPECT_EQ(bits(Down<Bf16>(dv, v.size())), bits(v));
   EXPECT_EQ(bits(Down<Bf16>(dik, ik.size())), bits(ik));
+}
+
+TEST_F(CudaKernelsTest, SyntheticTokensAtTheirOwnPositionsMatchTheCpu) {
+  SyntheticConfig cfg;
+  cfg.seed = rng_();
+  SyntheticShape shape{8, 32, 128};
+  std::vector<int32_t> tokens(17), positions(17);
+  for (int i = 0; i < 17; ++i) {
+    tokens[i] = static_cast<int32_t>(rng_() % 100000);
+    positions[i] = static_cast<int32_t>(rng_() % 200000);
+  }
+  const size_t row = 8 * 128;
+  std::vector<Bf16> k(tokens.size() * row), v(k.size()), ik(tokens.size() * 128);
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    FillSyntheticTokens(cfg, shape, 3, std::span<const int32_t>(&tokens[t], 1), positions[t],
+                        &k[t * row], &v[t * row], &ik[t * 128]);
+  }
+  DeviceBuffer dt = Up(tokens), dpos = Up(positions), dk = Up(std::vector<Bf16>(k.size())),
+               dv = Up(std::vector<Bf16>(v.size())), dik = Up(std::vector<Bf16>(ik.size()));
+  SyntheticTokensParams p;
+  p.config = cfg;
+  p.layer = 3;
+  p.num_kv_heads = 8;
+  p.head_dim = 128;
+  p.tokens = dt.get<int32_t>();
+  p.num_tokens = int64_t(tokens.size());
+  p.k = dk.get<Bf16>();
+  p.v = dv.get<Bf16>();
+  p.index_k = dik.get<Bf16>();
+  p.positions = dpos.get<int32_t>();
+  ASSERT_TRUE(SyntheticTokensCuda(p, nullptr).ok());
+  auto bits = [](const std::vector<Bf16>& x) {
+    std::vector<uint16_t> b(x.size());
+    for (size_t i = 0; i < x.size(); ++i) b[i] = x[i].bits;
+    return b;
+  };
+  EXPECT_EQ(bits(Down<Bf16>(dk, k.size())), bits(k));
+  EXPECT_EQ(bits(Down<Bf16>(dv, v.size())), bits(v));
+  EXPECT_EQ(bits(Down<Bf16>(dik, ik.size())), bits(ik));
+}
+
+TEST_F(CudaKernelsTest, SyntheticQueriesMatchTheCpuBitForBit) {
+  SyntheticConfig cfg;
+  cfg.seed = rng_();
+  const SyntheticShape shape{8, 32, 128};
+  constexpr int kSteps = 5;
+  std::vector<uint64_t> seeds(kSteps);
+  std::vector<int32_t> needle_pos(kSteps), needle_tok(kSteps);
+  std::vector<float> gains(kSteps);
+  const size_t q_row = 32 * 128, idx_row = 64 * 128;
+  std::vector<Bf16> q(kSteps * q_row), iq(kSteps * idx_row);
+  std::vector<float> w(kSteps * 64);
+  for (int s = 0; s < kSteps; ++s) {
+    seeds[s] = rng_();
+    needle_pos[s] = s % 2 == 0 ? static_cast<int32_t>(rng_() % 5000) : -1;
+    needle_tok[s] = static_cast<int32_t>(rng_() % 100000);
+    gains[s] = 0.25f + 0.1f * s;
+    const SyntheticNeedle needle{needle_pos[s], needle_tok[s], gains[s]};
+    const SyntheticNeedle* n = needle_pos[s] >= 0 ? &needle : nullptr;
+    FillSyntheticQuery(cfg, shape, 2, seeds[s], n, &q[s * q_row]);
+    FillSyntheticIndexQuery(cfg, 2, seeds[s], n, &iq[s * idx_row], &w[s * 64]);
+  }
+  DeviceBuffer dseeds = Up(seeds), dpos = Up(needle_pos), dtok = Up(needle_tok), dg = Up(gains),
+               dq = Up(std::vector<Bf16>(q.size())), diq = Up(std::vector<Bf16>(iq.size())),
+               dw = Up(std::vector<float>(w.size()));
+  SyntheticQueriesParams p;
+  p.config = cfg;
+  p.layer = 2;
+  p.num_steps = kSteps;
+  p.num_q_heads = 32;
+  p.num_kv_heads = 8;
+  p.head_dim = 128;
+  p.step_seeds = dseeds.get<uint64_t>();
+  p.needle_positions = dpos.get<int32_t>();
+  p.needle_tokens = dtok.get<int32_t>();
+  p.needle_gains = dg.get<float>();
+  p.q = dq.get<Bf16>();
+  p.index_q = diq.get<Bf16>();
+  p.weights = dw.get<float>();
+  ASSERT_TRUE(SyntheticQueriesCuda(p, nullptr).ok());
+  auto bits = [](const std::vector<Bf16>& x) {
+    std::vector<uint16_t> b(x.size());
+    for (size_t i = 0; i < x.size(); ++i) b[i] = x[i].bits;
+    return b;
+  };
+  EXPECT_EQ(bits(Down<Bf16>(dq, q.size())), bits(q));
+  EXPECT_EQ(bits(Down<Bf16>(diq, iq.size())), bits(iq));
+  const std::vector<float> got_w = Down<float>(dw, w.size());
+  EXPECT_EQ(0, std::memcmp(got_w.data(), w.data(), w.size() * sizeof(float)));
 }
 
 TEST_F(CudaKernelsTest, UnsupportedCombinationsAreNamed) {
