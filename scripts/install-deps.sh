@@ -3,6 +3,7 @@
 # Non-interactive; needs root (or sudo). CUDA is optional: when /usr/local/cuda/bin/nvcc exists the
 # CUDA kernels are built too, otherwise the build leaves them out.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 packages=(
   build-essential cmake ninja-build pkg-config python3
@@ -11,7 +12,10 @@ packages=(
   libbenchmark-dev
   libzmq3-dev cppzmq-dev # transport (protocol/)
   capnproto libcapnp-dev # wire schema (protocol/)
-  libspdlog-dev libfmt-dev
+  libspdlog-dev libfmt-dev # logs
+  libcpp-httplib-dev     # kvpoold's /metrics and /healthz
+  libsystemd-dev         # sd_notify: readiness and watchdog under systemd
+  python3-venv           # the Python client's environment (.venv, below)
 )
 
 missing=()
@@ -20,11 +24,17 @@ for p in "${packages[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#packages[@]} packages present"
-  exit 0
+else
+  sudo=""
+  [ "$(id -u)" -eq 0 ] || sudo="sudo"
+  echo "install-deps: installing ${missing[*]}"
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-sudo=""
-[ "$(id -u)" -eq 0 ] || sudo="sudo"
-echo "install-deps: installing ${missing[*]}"
-$sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-$sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+# The Python client's packages (pycapnp is not packaged by Debian 12) in .venv, from PyPI.
+if ! .venv/bin/python3 -c "import capnp, zmq" 2>/dev/null; then
+  echo "install-deps: creating .venv with pycapnp and pyzmq"
+  python3 -m venv .venv
+  .venv/bin/pip install --quiet --disable-pip-version-check pycapnp pyzmq
+fi

@@ -28,6 +28,12 @@ std::unique_ptr<ServiceProcesses> StartOrDie(const ServiceOptions& options = {})
   return s.ok() ? std::move(*s) : nullptr;
 }
 
+ServiceOptions WithFlags(std::vector<std::string> flags) {
+  ServiceOptions options;
+  options.daemon_flags = std::move(flags);
+  return options;
+}
+
 // Every block is free or cached: nothing reserved, nothing referenced.
 void ExpectNoBlockHeld(Client& client) {
   absl::StatusOr<PoolStats> stats = client.Stats();
@@ -178,7 +184,7 @@ class RawPeer {
 };
 
 TEST(ServiceTest, BadInputGetsTypedErrorsAndTheDaemonKeepsServing) {
-  auto service = StartOrDie({{"--max_message_mib=1"}});
+  auto service = StartOrDie(WithFlags({"--max_message_mib=1"}));
   ASSERT_NE(service, nullptr);
   RawPeer raw(service->endpoint());
 
@@ -275,7 +281,7 @@ TEST(ServiceTest, BadInputGetsTypedErrorsAndTheDaemonKeepsServing) {
 }
 
 TEST(ServiceTest, KilledWorkerWithoutAStandInFailsTheJobWithAborted) {
-  auto service = StartOrDie({{"--arena_mib=256"}});
+  auto service = StartOrDie(WithFlags({"--arena_mib=256"}));
   ASSERT_NE(service, nullptr);
   Client client(service->client_options("victim"));
   EnvelopeBuilder prefill = client.NewRequest();
@@ -320,7 +326,7 @@ TEST(ServiceTest, KilledWorkersJobIsRequeuedToAnother) {
 }
 
 TEST(ServiceTest, ADeadClientsSequencesAreReleased) {
-  auto service = StartOrDie({{"--client_lease_ms=500"}});
+  auto service = StartOrDie(WithFlags({"--client_lease_ms=500"}));
   ASSERT_NE(service, nullptr);
   {
     Client gone(service->client_options("short-lived"));

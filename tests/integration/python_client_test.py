@@ -1,0 +1,77 @@
+"""The Python client against real kvpoold and worker processes (host backend).
+
+usage: python_client_test.py KVPOOLD KVPOOL_WORKER   (exits 77, skipped, without pycapnp/pyzmq)
+"""
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "client", "python"))
+try:
+    import kvpool_client  # needs pycapnp and pyzmq
+except ImportError as e:
+    print("skipped: %s (scripts/install-deps.sh creates .venv with them)" % e)
+    sys.exit(77)
+
+KVPOOLD, WORKER = sys.argv[1], sys.argv[2]
+
+
+class PythonClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="kvpool-py-")
+        common = ["--runtime_dir=" + cls.dir]
+        cls.procs = [subprocess.Popen([KVPOOLD, "--backend=host", "--arena_mib=64", "--layers=2",
+                                       "--topk=64", "--metrics_port=-1"] + common)]
+        for role in ("prefill", "decode"):
+            cls.procs.append(subprocess.Popen([WORKER, "--role=" + role, "--backend=host"] + common))
+        cls.client = kvpool_client.KvpoolClient("ipc://%s/kvpoold.sock" % cls.dir, name="py-test",
+                                                timeout_ms=20000)
+        deadline = time.time() + 20
+        while cls.client.health()["workers"] < 2:
+            if time.time() > deadline:
+                raise RuntimeError("workers did not register")
+            time.sleep(0.05)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        for p in cls.procs:
+            p.send_signal(signal.SIGTERM)
+        for p in cls.procs:
+            p.wait(timeout=30)
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_prefill_decode_fork_release(self):
+        tokens = list(range(5000, 5150))
+        self.assertEqual(self.client.prefill(1, tokens)["length"], 150)
+        self.assertEqual(self.client.fork(1, 2), 3)
+        a = self.client.decode([(1, 9, 20, tokens[20], 0.8)], outputs="all")["outputs"][0]
+        b = self.client.decode([(2, 9, 20, tokens[20], 0.8)], outputs="all")["outputs"][0]
+        self.assertEqual(a["length"], 151)
+        self.assertEqual(len(a["out"]), 2)            # one per layer
+        self.assertEqual(len(a["out"][0]), 32 * 128)  # q_heads x head_dim
+        self.assertIn(20, a["topk"][0])               # the needle was selected
+        self.assertEqual(a["out"], b["out"])          # a fork decodes like its source
+        self.assertEqual(self.client.release(1), 3)
+        self.assertEqual(self.client.release(2), 3)
+        stats = self.client.stats()
+        self.assertEqual(stats["blocksUsed"], 0)
+        self.assertEqual(stats["blocksReserved"], 0)
+
+    def test_errors_are_typed(self):
+        with self.assertRaises(kvpool_client.KvpoolError) as e:
+            self.client.release(424242)
+        self.assertEqual(e.exception.code, "NOT_FOUND")
+        with self.assertRaises(kvpool_client.KvpoolError) as e:
+            self.client.prefill(3, [])
+        self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+
+
+if __name__ == "__main__":
+    unittest.main(argv=sys.argv[:1])
