@@ -126,6 +126,8 @@ absl::StatusOr<DecodeResult> DecodeResultOf(const ParsedEnvelope& reply) {
   DecodeResult result;
   ASSIGN_OR_RETURN(result.steps, DecodeResultsFromWire(body.getDecodeReply().getOutputs()));
   result.worker_micros = body.getDecodeReply().getWorkerMicros();
+  result.worker_handle_micros = body.getDecodeReply().getWorkerHandleMicros();
+  result.broker_micros = body.getDecodeReply().getBrokerMicros();
   return result;
 }
 

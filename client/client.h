@@ -52,7 +52,9 @@ struct DecodeStepRequest {
 
 struct DecodeResult {
   std::vector<DecodeStepResult> steps;
-  uint64_t worker_micros = 0;
+  uint64_t worker_micros = 0;         // the worker executing the job (kernels included)
+  uint64_t worker_handle_micros = 0;  // the worker from receiving the job to its report
+  uint64_t broker_micros = 0;         // kvpoold handling the request and the report
 };
 
 struct AppendResult {

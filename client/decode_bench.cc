@@ -51,6 +51,7 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(
   for (int i = 1; i < config.batch; ++i) RETURN_IF_ERROR(client.Fork(base, base + i).status());
 
   std::vector<double> e2e, worker;
+  double handle_ms = 0, broker_ms = 0;
   const int total = config.warmup + config.steps;
   for (int step = 0; step < total; ++step) {
     std::vector<DecodeStepRequest> steps(config.batch);
@@ -65,6 +66,8 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(
     if (step >= config.warmup) {
       e2e.push_back(ms);
       worker.push_back(result.worker_micros * 1e-3);
+      handle_ms += result.worker_handle_micros * 1e-3;
+      broker_ms += result.broker_micros * 1e-3;
     }
     progress("decode", step + 1, total);
   }
@@ -74,6 +77,10 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(
   report.e2e_mean_ms = Mean(e2e);
   report.worker_p50_ms = At(worker, 0.5);
   report.worker_mean_ms = Mean(worker);
+  report.worker_handling_ms = handle_ms / config.steps - report.worker_mean_ms;
+  report.broker_ms = broker_ms / config.steps;
+  report.transport_ms =
+      report.e2e_mean_ms - report.worker_mean_ms - report.worker_handling_ms - report.broker_ms;
   return report;
 }
 
@@ -84,10 +91,13 @@ std::string DecodeBenchTable(const DecodeBenchReport& r) {
       "  prefill of the shared prompt      %.3f s\n"
       "  end to end per step (client)      p50 %.3f ms, mean %.3f ms, p99 %.3f ms\n"
       "  kernels per step (worker)         p50 %.3f ms, mean %.3f ms\n"
-      "  service overhead (p50)            %.1f%%\n",
+      "  service overhead (p50)            %.1f%%\n"
+      "  of which (means): worker around the kernels %.3f ms, kvpoold %.3f ms, transport and "
+      "wake-ups %.3f ms\n",
       r.config.batch, r.config.context, r.config.steps, OutputsName(r.config.outputs),
       r.spec.DebugString(), r.model.num_q_heads, r.model.topk, r.prefill_seconds, r.e2e_p50_ms, r.e2e_mean_ms,
-      r.e2e_p99_ms, r.worker_p50_ms, r.worker_mean_ms, 100.0 * r.overhead_fraction());
+      r.e2e_p99_ms, r.worker_p50_ms, r.worker_mean_ms, 100.0 * r.overhead_fraction(),
+      r.worker_handling_ms, r.broker_ms, r.transport_ms);
 }
 
 std::string DecodeBenchJson(const DecodeBenchReport& r, const std::string& date,
@@ -97,10 +107,12 @@ std::string DecodeBenchJson(const DecodeBenchReport& r, const std::string& date,
       "  \"device\": \"%s\",\n  \"pool\": \"%s\",\n  \"q_heads\": %d,\n  \"topk\": %d,\n"
       "  \"batch\": %d,\n  \"context\": %d,\n  \"steps\": %d,\n  \"outputs\": \"%s\",\n"
       "  \"e2e_p50_ms\": %.4f,\n  \"e2e_mean_ms\": %.4f,\n  \"e2e_p99_ms\": %.4f,\n"
-      "  \"worker_p50_ms\": %.4f,\n  \"worker_mean_ms\": %.4f,\n  \"overhead_p50\": %.4f\n}\n",
+      "  \"worker_p50_ms\": %.4f,\n  \"worker_mean_ms\": %.4f,\n  \"overhead_p50\": %.4f,\n"
+      "  \"worker_handling_ms\": %.4f,\n  \"broker_ms\": %.4f,\n  \"transport_ms\": %.4f\n}\n",
       date, host, device, r.spec.DebugString(), r.model.num_q_heads, r.model.topk,
-      r.config.batch, r.config.context, r.config.steps, OutputsName(r.config.outputs), r.e2e_p50_ms, r.e2e_mean_ms,
-      r.e2e_p99_ms, r.worker_p50_ms, r.worker_mean_ms, r.overhead_fraction());
+      r.config.batch, r.config.context, r.config.steps, OutputsName(r.config.outputs),
+      r.e2e_p50_ms, r.e2e_mean_ms, r.e2e_p99_ms, r.worker_p50_ms, r.worker_mean_ms,
+      r.overhead_fraction(), r.worker_handling_ms, r.broker_ms, r.transport_ms);
 }
 
 }  // namespace kvp

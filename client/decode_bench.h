@@ -28,6 +28,9 @@ struct DecodeBenchReport {
   double prefill_seconds = 0;
   double e2e_p50_ms = 0, e2e_mean_ms = 0, e2e_p99_ms = 0;  // client round trip per step
   double worker_p50_ms = 0, worker_mean_ms = 0;            // the executor's time per step
+  // Where the rest goes (means): the worker around the executor (decoding the job, encoding the
+  // outputs), kvpoold's handlers, and what is left: transport and wake-ups between processes.
+  double worker_handling_ms = 0, broker_ms = 0, transport_ms = 0;
   double overhead_fraction() const { return e2e_p50_ms / worker_p50_ms - 1.0; }
 };
 

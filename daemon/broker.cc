@@ -188,7 +188,7 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
     CopyActivationRows(r.getActivations(), hits, count, job.initActivations());
   }
   Enqueue(Job{Role::kPrefill, from, id, lease, {seq}, hits, std::move(message), 0, 0,
-              clock_->NowMicros(), false},
+              clock_->NowMicros(), false, 0},
           out);
   return absl::OkStatus();
 }
@@ -202,6 +202,7 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
         absl::StrCat("a decode needs 1 to ", kMaxDecodeSteps, " steps, got ", steps.size()));
   }
   if (!HasWorker(Role::kDecode)) return absl::UnavailableError("no decode worker is registered");
+  const int64_t started = clock_->NowMicros();
   const PoolSpec& spec = pool_->layout().spec();
   SequenceTable& sequences = pool_->sequences();
   const LeaseId lease = ClientLease(from);
@@ -257,8 +258,9 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
     if (s.hasQueries()) js.setQueries(s.getQueries());
     if (s.hasNeedle()) js.setNeedle(s.getNeedle());
   }
-  Enqueue(Job{Role::kDecode, from, id, lease, std::move(planned), 0, std::move(message), 0, 0,
-              clock_->NowMicros(), false},
+  const int64_t now = clock_->NowMicros();
+  Enqueue(Job{Role::kDecode, from, id, lease, std::move(planned), 0, std::move(message), 0, 0, now,
+              false, now - started},
           out);
   return absl::OkStatus();
 }
@@ -552,6 +554,7 @@ void Broker::Dispatch(Outbox& out) {
 
 void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone::Reader* done,
                        Outbox& out) {
+  const int64_t started = clock_->NowMicros();
   auto node = jobs_.extract(id);
   Job& job = node.mapped();
   if (auto w = workers_.find(job.worker); w != workers_.end()) w->second.job.reset();
@@ -592,6 +595,8 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
     auto d = reply.envelope().getBody().initDecodeReply();
     d.setOutputs(done->getOutputs());
     d.setWorkerMicros(done->getExecMicros());
+    d.setWorkerHandleMicros(done->getHandleMicros());
+    d.setBrokerMicros(static_cast<uint64_t>(job.broker_micros + clock_->NowMicros() - started));
     Reply(out, job.client, std::move(reply));
   }
   Dispatch(out);

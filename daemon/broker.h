@@ -92,6 +92,7 @@ class Broker {
     LeaseId worker = 0;  // 0 while queued
     int64_t submitted_micros = 0;
     bool client_gone = false;  // its client's lease expired: finish without reply or commit
+    int64_t broker_micros = 0;  // time kvpoold spent on it: planning, then finishing
   };
   struct Worker {
     std::string identity;

@@ -138,7 +138,9 @@ struct DecodeOutput {
 
 struct DecodeReply {
   outputs @0 :List(DecodeOutput);
-  workerMicros @1 :UInt64;  # the worker's time executing the job (kernels included)
+  workerMicros @1 :UInt64;        # the worker's time executing the job (kernels included)
+  workerHandleMicros @2 :UInt64;  # the worker's time from receiving the job to its report
+  brokerMicros @3 :UInt64;        # kvpoold's time handling the request and the job's report
 }
 
 struct ReleaseRequest { sequence @0 :UInt64; }
@@ -267,6 +269,7 @@ struct JobDone {
   job @0 :UInt64;
   outputs @1 :List(DecodeOutput);  # decode jobs
   execMicros @2 :UInt64;           # time spent executing it
+  handleMicros @3 :UInt64;         # from receiving the job to its report (decoding included)
 }
 
 struct JobFailed {

@@ -55,4 +55,5 @@ for outputs in last none; do
     2>/dev/null || status=1
 done
 stop_service
+
 exit $status

@@ -89,7 +89,8 @@ void Heartbeats(zmq::context_t& context, const std::string& endpoint, const Sess
 }
 
 // Executes one job message; the report to send back.
-EnvelopeBuilder Execute(const ParsedEnvelope& message, const JobContext& ctx, Executor& executor) {
+EnvelopeBuilder Execute(const ParsedEnvelope& message, Clock::time_point received,
+                        const JobContext& ctx, Executor& executor) {
   const auto body = message.envelope().getBody();
   const auto start = Clock::now();
   const uint64_t job = body.isPrefillJob() ? body.getPrefillJob().getJob()
@@ -124,6 +125,8 @@ EnvelopeBuilder Execute(const ParsedEnvelope& message, const JobContext& ctx, Ex
   done.setExecMicros(static_cast<uint64_t>(micros));
   DecodeResultsToWire(results, static_cast<uint32_t>(ctx.model.num_q_heads),
                       static_cast<uint32_t>(ctx.spec.head_dim), done.initOutputs(results.size()));
+  done.setHandleMicros(static_cast<uint64_t>(
+      std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - received).count()));
   return report;
 }
 
@@ -166,6 +169,7 @@ absl::Status WorkerLoop::Run(const std::atomic<bool>& stop) {
                            std::cref(*session), std::cref(stop), std::ref(lost));
     while (!stop && !lost) {
       absl::StatusOr<std::unique_ptr<ParsedEnvelope>> message = dealer.Receive(100);
+      const auto received = Clock::now();
       if (absl::IsDeadlineExceeded(message.status())) continue;
       if (!message.ok()) {
         spdlog::warn("dropped a message from kvpoold: {}", message.status().ToString());
@@ -173,7 +177,8 @@ absl::Status WorkerLoop::Run(const std::atomic<bool>& stop) {
       }
       const auto body = (*message)->envelope().getBody();
       if (body.isPrefillJob() || body.isDecodeJob()) {
-        const EnvelopeBuilder report = Execute(**message, session->ctx, (*attachment)->executor());
+        const EnvelopeBuilder report =
+            Execute(**message, received, session->ctx, (*attachment)->executor());
         if (absl::Status s = dealer.Send(report); !s.ok()) {
           spdlog::warn("could not report job: {}", s.ToString());
         }

@@ -94,29 +94,31 @@ absl::Status SequenceTable::Commit(SeqId seq) {
   Pending& p = s->pending;
   const LeaseId lease = s->owner;
   // Walk the appended tokens block by block, extending the prefix chain; a block that fills up
-  // gets its key, whether it was reserved now or written into before.
-  std::vector<std::optional<PrefixKey>> keys(s->blocks.size());
+  // gets its key, whether it was reserved now or written into before. Only blocks from the one
+  // holding the old end onward can change, so the work is proportional to the append.
+  const size_t first = static_cast<size_t>(p.old_length / block_size_);
+  std::vector<std::optional<PrefixKey>> keys(s->blocks.size() - first);
   int64_t pos = p.old_length;
   for (int32_t token : p.tokens) {
     s->tail.push_back(token);
     ++pos;
     if (pos % block_size_ == 0) {
       s->full_hash = ChainPrefixHash(s->full_hash, s->tail);
-      keys[pos / block_size_ - 1] = PrefixKey{s->full_hash, std::move(s->tail)};
+      keys[pos / block_size_ - 1 - first] = PrefixKey{s->full_hash, std::move(s->tail)};
       s->tail.clear();
     }
   }
   for (const auto& [old_block, copy] : p.plan.copies) {
     RETURN_IF_ERROR(allocator_->Release(lease, old_block));
   }
-  for (size_t i = 0; i < s->blocks.size(); ++i) {
+  for (size_t i = first; i < s->blocks.size(); ++i) {
     const BlockId b = s->blocks[i];
     const bool reserved_now =
         std::find(p.plan.reserved.begin(), p.plan.reserved.end(), b) != p.plan.reserved.end();
     if (reserved_now) {
-      RETURN_IF_ERROR(allocator_->Commit(lease, b, std::move(keys[i])));
-    } else if (keys[i].has_value()) {
-      RETURN_IF_ERROR(allocator_->Index(b, *std::move(keys[i])));
+      RETURN_IF_ERROR(allocator_->Commit(lease, b, std::move(keys[i - first])));
+    } else if (keys[i - first].has_value()) {
+      RETURN_IF_ERROR(allocator_->Index(b, *std::move(keys[i - first])));
     }
   }
   s->length = pos;
