@@ -3,6 +3,7 @@
 //
 //   kvpool-bench accuracy [--seqs=N] [--context=T] [--seed=S] [--json=PATH]
 //   kvpool-bench pool [--json=PATH]
+//   kvpool-bench broker [--json=PATH]
 //   kvpool-bench kernels [--quick] [--json=PATH]                (CUDA builds, on a GPU)
 //   kvpool-bench attach [--gib=N] [--chunk-gib=C] [--json=PATH]  (CUDA builds, on a GPU)
 #include <unistd.h>
@@ -21,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/types/span.h"
 #include "bench/accuracy.h"
+#include "bench/broker_bench.h"
 #include "bench/pool_bench.h"
 #include "tools/file_io.h"
 #if defined(KVP_HAVE_CUDA)
@@ -36,12 +38,14 @@ namespace {
 constexpr char kUsage[] =
     "usage: kvpool-bench accuracy [--seqs=N] [--context=T] [--seed=S] [--json=PATH]\n"
     "       kvpool-bench pool [--json=PATH]\n"
+    "       kvpool-bench broker [--json=PATH]\n"
     "       kvpool-bench kernels [--quick] [--json=PATH]\n"
     "       kvpool-bench attach [--gib=64] [--chunk-gib=1] [--json=PATH]\n"
     "\n"
     "  accuracy  attention output error of fp8_e4m3 K and TurboNV V against bf16 K/V on\n"
     "            synthetic data with peaked attention (CPU reference kernels)\n"
     "  pool      block operations per second of the pool's bookkeeping on one core\n"
+    "  broker    kvpoold's own time per decode step (batch 64, 32k context), no sockets\n"
     "  kernels   every CUDA kernel timed on the GPU: median time, bytes, TB/s and the fraction\n"
     "            of the device-to-device copy bandwidth measured in the same run\n"
     "  attach    time another process takes to attach a cuda arena of N GiB\n";
@@ -150,6 +154,13 @@ int Pool(const Flags& flags) {
       [](const Report& r) { return kvp::bench::PoolJson(r, Today(), Hostname()); });
 }
 
+int Broker(const Flags& flags) {
+  using Report = kvp::bench::BrokerBenchResult;
+  return Finish<Report>(
+      kvp::bench::RunBrokerBench({}), flags, kvp::bench::BrokerTable,
+      [](const Report& r) { return kvp::bench::BrokerJson(r, Today(), Hostname()); });
+}
+
 #if defined(KVP_HAVE_CUDA)
 int Kernels(const Flags& flags) {
   using Report = kvp::bench::KernelReport;
@@ -193,6 +204,7 @@ int main(int argc, char** argv) {
   };
   if (command == "accuracy") return run({"seqs", "context", "seed", "json"}, Accuracy);
   if (command == "pool") return run({"json"}, Pool);
+  if (command == "broker") return run({"json"}, Broker);
 #if defined(KVP_HAVE_CUDA)
   if (command == "kernels") return run({"quick", "json"}, Kernels);
   if (command == "attach") {
