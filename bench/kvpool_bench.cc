@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/types/span.h"
 #include "bench/accuracy.h"
+#include "base/run_info.h"
 #include "bench/broker_bench.h"
 #include "bench/pool_bench.h"
 #include "tools/file_io.h"
@@ -94,19 +95,6 @@ class Flags {
   absl::flat_hash_map<std::string, std::string> values_;
 };
 
-std::string Today() {
-  const std::time_t now = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&now));
-  return buf;
-}
-
-std::string Hostname() {
-  char buf[256] = {};
-  ::gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
-
 int Usage(const std::string& why) {
   std::fprintf(stderr, "kvpool-bench: %s\n\n%s", why.c_str(), kUsage);
   return 2;
@@ -144,21 +132,21 @@ int Accuracy(const Flags& flags) {
   using Report = kvp::bench::AccuracyReport;
   return Finish<Report>(
       kvp::bench::RunAccuracy(config), flags, kvp::bench::AccuracyTable,
-      [](const Report& r) { return kvp::bench::AccuracyJson(r, Today(), Hostname()); });
+      [](const Report& r) { return kvp::bench::AccuracyJson(r, kvp::TodayUtc(), kvp::Hostname()); });
 }
 
 int Pool(const Flags& flags) {
   using Report = kvp::bench::PoolBenchResult;
   return Finish<Report>(
       kvp::bench::RunPoolBench(), flags, kvp::bench::PoolTable,
-      [](const Report& r) { return kvp::bench::PoolJson(r, Today(), Hostname()); });
+      [](const Report& r) { return kvp::bench::PoolJson(r, kvp::TodayUtc(), kvp::Hostname()); });
 }
 
 int Broker(const Flags& flags) {
   using Report = kvp::bench::BrokerBenchResult;
   return Finish<Report>(
       kvp::bench::RunBrokerBench({}), flags, kvp::bench::BrokerTable,
-      [](const Report& r) { return kvp::bench::BrokerJson(r, Today(), Hostname()); });
+      [](const Report& r) { return kvp::bench::BrokerJson(r, kvp::TodayUtc(), kvp::Hostname()); });
 }
 
 #if defined(KVP_HAVE_CUDA)
@@ -166,7 +154,7 @@ int Kernels(const Flags& flags) {
   using Report = kvp::bench::KernelReport;
   return Finish<Report>(kvp::bench::RunKernelBench(flags.Has("quick")), flags,
                         kvp::bench::KernelTable,
-                        [](const Report& r) { return kvp::bench::KernelJson(r, Today()); });
+                        [](const Report& r) { return kvp::bench::KernelJson(r, kvp::TodayUtc()); });
 }
 
 int Attach(const char* self, const Flags& flags) {
@@ -179,7 +167,7 @@ int Attach(const char* self, const Flags& flags) {
                         kvp::bench::AttachTable, [](const Report& r) {
                           cudaDeviceProp prop;
                           cudaGetDeviceProperties(&prop, 0);
-                          return kvp::bench::AttachJson(r, Today(), prop.name);
+                          return kvp::bench::AttachJson(r, kvp::TodayUtc(), prop.name);
                         });
 }
 #endif

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "client/percentile.h"
 
 namespace kvp {
 namespace {
@@ -22,10 +23,8 @@ using Clock = std::chrono::steady_clock;
 LatencySummary Summarize(std::vector<double> us) {
   LatencySummary s;
   if (us.empty()) return s;
-  std::sort(us.begin(), us.end());
-  auto at = [&](double p) { return us[std::min(us.size() - 1, size_t(p * (us.size() - 1) + 0.5))]; };
-  s.p50_us = at(0.5);
-  s.p99_us = at(0.99);
+  s.p50_us = Percentile(us, 0.5);
+  s.p99_us = Percentile(us, 0.99);
   double total = 0;
   for (double v : us) total += v;
   s.mean_us = total / us.size();

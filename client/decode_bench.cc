@@ -5,17 +5,13 @@
 
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "client/percentile.h"
 #include "client/workload.h"
 
 namespace kvp {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double At(std::vector<double> v, double p) {
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
-}
 
 const char* OutputsName(wire::OutputLayers o) {
   return o == wire::OutputLayers::ALL ? "all" : o == wire::OutputLayers::LAST ? "last" : "none";
@@ -72,10 +68,10 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(
     progress("decode", step + 1, total);
   }
   for (int i = 0; i < config.batch; ++i) RETURN_IF_ERROR(client.Release(base + i).status());
-  report.e2e_p50_ms = At(e2e, 0.5);
-  report.e2e_p99_ms = At(e2e, 0.99);
+  report.e2e_p50_ms = Percentile(e2e, 0.5);
+  report.e2e_p99_ms = Percentile(e2e, 0.99);
   report.e2e_mean_ms = Mean(e2e);
-  report.worker_p50_ms = At(worker, 0.5);
+  report.worker_p50_ms = Percentile(worker, 0.5);
   report.worker_mean_ms = Mean(worker);
   report.worker_handling_ms = handle_ms / config.steps - report.worker_mean_ms;
   report.broker_ms = broker_ms / config.steps;

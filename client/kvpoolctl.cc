@@ -9,12 +9,12 @@
 //   kvpoolctl bench-decode [--batch=64 --context=32768 --steps=20] [--json] [--out=FILE]
 //
 // Sequences belong to the client name (--name, default "kvpoolctl"), so successive commands see
-// each other's sequences while kvpoold's client lease lasts.
+// each other's sequences while kvpoold's client lease lasts. Concurrent invocations need distinct
+// names: a name connecting again takes over the earlier connection's replies.
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
-#include <ctime>
 #include <cmath>
 #include <fstream>
 #include <thread>
@@ -30,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/run_info.h"
 #include "base/status_macros.h"
 #include "client/client.h"
 #include "client/control_bench.h"
@@ -64,19 +65,6 @@ ABSL_FLAG(int, wait_workers_ms, 30000, "bench: wait this long for a prefill and 
 
 namespace kvp {
 namespace {
-
-std::string Today() {
-  const std::time_t now = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y-%m-%d", std::gmtime(&now));
-  return buf;
-}
-
-std::string Hostname() {
-  char buf[256] = {};
-  ::gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
 
 absl::StatusOr<uint64_t> Number(const std::vector<char*>& args, size_t i, const char* what) {
   uint64_t v;
@@ -214,7 +202,7 @@ absl::Status Run(const std::vector<char*>& args) {
                      RunWorkload(client, c, [&](const std::string& phase, int64_t done,
                                                 int64_t total) { bar.Update(phase, done, total); }));
     return Emit(WorkloadTable(report),
-                WorkloadJson(report, Today(), Hostname(), absl::GetFlag(FLAGS_device)));
+                WorkloadJson(report, TodayUtc(), Hostname(), absl::GetFlag(FLAGS_device)));
   }
   if (command == "bench-control") {
     ProgressBar bar;
@@ -223,7 +211,7 @@ absl::Status Run(const std::vector<char*>& args) {
                                      [&](int64_t done, int64_t total) {
                                        bar.Update("requests", done, total);
                                      }));
-    return Emit(ControlBenchTable(report), ControlBenchJson(report, Today(), Hostname()));
+    return Emit(ControlBenchTable(report), ControlBenchJson(report, TodayUtc(), Hostname()));
   }
   if (command == "bench-decode") {
     RETURN_IF_ERROR(WaitForWorkers(client));
@@ -238,7 +226,7 @@ absl::Status Run(const std::vector<char*>& args) {
                      RunDecodeBench(client, c, [&](const std::string& phase, int64_t done,
                                                    int64_t total) { bar.Update(phase, done, total); }));
     return Emit(DecodeBenchTable(report),
-                DecodeBenchJson(report, Today(), Hostname(), absl::GetFlag(FLAGS_device)));
+                DecodeBenchJson(report, TodayUtc(), Hostname(), absl::GetFlag(FLAGS_device)));
   }
   return absl::InvalidArgumentError(absl::StrCat("unknown command '", command, "'; see --help"));
 }

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "client/percentile.h"
 #include "kernels/synthetic/synthetic.h"
 #include "kernels/synthetic/synthetic_fill.h"
 #include "kvpool/format/bf16.h"
@@ -21,12 +22,6 @@ using Clock = std::chrono::steady_clock;
 constexpr int32_t kVocabulary = 32000;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-double Percentile(std::vector<double> v, double p) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  return v[std::min(v.size() - 1, static_cast<size_t>(p * (v.size() - 1) + 0.5))];
-}
 
 // The bf16 K and V of one verified sequence for one layer, grown as tokens are appended.
 struct ReferenceCache {

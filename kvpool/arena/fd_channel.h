@@ -1,8 +1,9 @@
 // The fd channel (DESIGN.md §2, §8): an AF_UNIX SOCK_SEQPACKET socket over which kvpoold hands
 // its arena's file descriptors (SCM_RIGHTS) and description to attaching processes. A peer is
 // admitted only when its SO_PEERCRED uid or gid is on the allow-list; a refused peer gets an error
-// message and never an fd. The connection stays open afterwards: it carries small messages
-// (heartbeats) and its end tells kvpoold the peer is gone.
+// message and never an fd. After the arena the connection can carry small application messages
+// (Send/Receive); kvpoold closes it once the arena is handed over, since workers heartbeat over
+// ZeroMQ and leases tell it when a peer is gone.
 //
 // Messages are one datagram each: a type byte, then the payload.
 #pragma once

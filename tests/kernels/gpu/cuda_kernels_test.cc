@@ -25,6 +25,12 @@
 namespace kvp {
 namespace {
 
+std::vector<uint16_t> Bits(const std::vector<Bf16>& x) {
+  std::vector<uint16_t> b(x.size());
+  for (size_t i = 0; i < x.size(); ++i) b[i] = x[i].bits;
+  return b;
+}
+
 using testing::RandomBf16;
 using testing::TestPool;
 
@@ -442,14 +448,9 @@ TEST_F(CudaKernelsTest, SyntheticGeneratorMatchesTheCpuBitForBit) {
                           dv.get<Bf16>(),
                           dik.get<Bf16>()};
   ASSERT_TRUE(SyntheticTokensCuda(p, nullptr).ok());
-  auto bits = [](const std::vector<Bf16>& x) {
-    std::vector<uint16_t> b(x.size());
-    for (size_t i = 0; i < x.size(); ++i) b[i] = x[i].bits;
-    return b;
-  };
-  EXPECT_EQ(bits(Down<Bf16>(dk, k.size())), bits(k));
-  EXPECT_EQ(bits(Down<Bf16>(dv, v.size())), bits(v));
-  EXPECT_EQ(bits(Down<Bf16>(dik, ik.size())), bits(ik));
+  EXPECT_EQ(Bits(Down<Bf16>(dk, k.size())), Bits(k));
+  EXPECT_EQ(Bits(Down<Bf16>(dv, v.size())), Bits(v));
+  EXPECT_EQ(Bits(Down<Bf16>(dik, ik.size())), Bits(ik));
 }
 
 TEST_F(CudaKernelsTest, SyntheticTokensAtTheirOwnPositionsMatchTheCpu) {
@@ -481,14 +482,9 @@ TEST_F(CudaKernelsTest, SyntheticTokensAtTheirOwnPositionsMatchTheCpu) {
   p.index_k = dik.get<Bf16>();
   p.positions = dpos.get<int32_t>();
   ASSERT_TRUE(SyntheticTokensCuda(p, nullptr).ok());
-  auto bits = [](const std::vector<Bf16>& x) {
-    std::vector<uint16_t> b(x.size());
-    for (size_t i = 0; i < x.size(); ++i) b[i] = x[i].bits;
-    return b;
-  };
-  EXPECT_EQ(bits(Down<Bf16>(dk, k.size())), bits(k));
-  EXPECT_EQ(bits(Down<Bf16>(dv, v.size())), bits(v));
-  EXPECT_EQ(bits(Down<Bf16>(dik, ik.size())), bits(ik));
+  EXPECT_EQ(Bits(Down<Bf16>(dk, k.size())), Bits(k));
+  EXPECT_EQ(Bits(Down<Bf16>(dv, v.size())), Bits(v));
+  EXPECT_EQ(Bits(Down<Bf16>(dik, ik.size())), Bits(ik));
 }
 
 TEST_F(CudaKernelsTest, SyntheticQueriesMatchTheCpuBitForBit) {
@@ -530,13 +526,8 @@ TEST_F(CudaKernelsTest, SyntheticQueriesMatchTheCpuBitForBit) {
   p.index_q = diq.get<Bf16>();
   p.weights = dw.get<float>();
   ASSERT_TRUE(SyntheticQueriesCuda(p, nullptr).ok());
-  auto bits = [](const std::vector<Bf16>& x) {
-    std::vector<uint16_t> b(x.size());
-    for (size_t i = 0; i < x.size(); ++i) b[i] = x[i].bits;
-    return b;
-  };
-  EXPECT_EQ(bits(Down<Bf16>(dq, q.size())), bits(q));
-  EXPECT_EQ(bits(Down<Bf16>(diq, iq.size())), bits(iq));
+  EXPECT_EQ(Bits(Down<Bf16>(dq, q.size())), Bits(q));
+  EXPECT_EQ(Bits(Down<Bf16>(diq, iq.size())), Bits(iq));
   const std::vector<float> got_w = Down<float>(dw, w.size());
   EXPECT_EQ(0, std::memcmp(got_w.data(), w.data(), w.size() * sizeof(float)));
 }
