@@ -312,7 +312,9 @@ TEST(ServiceTest, KilledWorkersJobIsRequeuedToAnother) {
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   service->Stop(service->prefill_workers().at(0), SIGKILL);
   for (int i = 0; i < 2; ++i) {
-    absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = client.Receive(30'000);
+    // The re-queued job waits for the other worker's own job: two prefills back to back, slow
+    // under the sanitizers.
+    absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = client.Receive(180'000);
     ASSERT_TRUE(reply.ok()) << reply.status();
     absl::StatusOr<PrefillResult> result = PrefillResultOf(**reply);
     EXPECT_TRUE(result.ok()) << result.status();
