@@ -1,5 +1,6 @@
 #include "protocol/dealer.h"
 
+#include <cerrno>
 #include <chrono>
 #include <zmq_addon.hpp>
 
@@ -32,9 +33,15 @@ absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Dealer::Receive(int timeout_ms) 
   // A blocking receive with a timeout: one wake-up per message, no separate poll.
   socket_.set(zmq::sockopt::rcvtimeo, timeout_ms);
   std::vector<zmq::message_t> frames;
-  if (!zmq::recv_multipart(socket_, std::back_inserter(frames))) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("no message from kvpoold within ", timeout_ms, " ms"));
+  try {
+    if (!zmq::recv_multipart(socket_, std::back_inserter(frames))) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no message from kvpoold within ", timeout_ms, " ms"));
+    }
+  } catch (const zmq::error_t& e) {
+    // EINTR: a signal (SIGTERM asking the process to stop) arrived while waiting.
+    return e.num() == EINTR ? absl::CancelledError("interrupted by a signal")
+                            : absl::UnavailableError(absl::StrCat("receiving: ", e.what()));
   }
   return ParseEnvelope(std::move(frames));
 }

@@ -19,8 +19,8 @@ class Dealer {
 
   // UNAVAILABLE when the message cannot be queued within the send timeout.
   absl::Status Send(const EnvelopeBuilder& message);
-  // DEADLINE_EXCEEDED when nothing arrives within timeout_ms; INVALID_ARGUMENT for a malformed
-  // message.
+  // DEADLINE_EXCEEDED when nothing arrives within timeout_ms; CANCELLED when a signal interrupts
+  // the wait; INVALID_ARGUMENT for a malformed message.
   absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Receive(int timeout_ms);
   // The reply to `message`: an error reply becomes its Status; replies to other request ids (left
   // over from calls that timed out) are dropped. DEADLINE_EXCEEDED after timeout_ms.

@@ -14,6 +14,19 @@ cleanup() {
   rm -rf "$dir"
 }
 trap cleanup EXIT
+# Stops the processes with SIGTERM as an operator would; each must exit 0.
+stop_all() {
+  local failed=0
+  for pid in "${pids[@]}"; do kill -TERM "$pid"; done
+  for pid in "${pids[@]}"; do
+    if ! wait "$pid"; then
+      echo "service-demo: process $pid did not exit cleanly; logs in $dir" >&2
+      failed=1
+    fi
+  done
+  pids=()
+  return $failed
+}
 
 echo "service-demo: kvpoold + prefill worker + decode worker, logs in $dir/*.log"
 "$bin/daemon/kvpoold" --runtime_dir="$dir" --backend=auto --arena_mib=2048 --layers=4 --topk=256 \
@@ -26,4 +39,6 @@ done
 status=0
 "$bin/client/kvpoolctl" bench --endpoint="ipc://$dir/kvpoold.sock" "$@" || status=$?
 grep -h "backend=" "$dir"/decode.log | sed 's/^/service-demo: /' | tail -1 || true
+stop_all || status=1
+[ $status -eq 0 ] && echo "service-demo: kvpoold and both workers stopped cleanly"
 exit $status

@@ -170,7 +170,9 @@ absl::Status WorkerLoop::Run(const std::atomic<bool>& stop) {
     while (!stop && !lost) {
       absl::StatusOr<std::unique_ptr<ParsedEnvelope>> message = dealer.Receive(100);
       const auto received = Clock::now();
-      if (absl::IsDeadlineExceeded(message.status())) continue;
+      if (absl::IsDeadlineExceeded(message.status()) || absl::IsCancelled(message.status())) {
+        continue;  // a timeout, or a signal: look at `stop` and `lost` again
+      }
       if (!message.ok()) {
         spdlog::warn("dropped a message from kvpoold: {}", message.status().ToString());
         continue;

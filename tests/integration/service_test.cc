@@ -364,6 +364,9 @@ TEST(ServiceTest, WorkersReRegisterWhenKvpooldComesBackAndSigtermDrains) {
   absl::StatusOr<DecodeResult> decoded =
       client.Decode({DecodeStepRequest{1, 5, std::nullopt, nullptr, nullptr}});
   EXPECT_TRUE(decoded.ok()) << decoded.status();
+  // Workers stop cleanly on SIGTERM too.
+  EXPECT_EQ(service->Stop(service->decode_workers().at(0), SIGTERM), 0);
+  EXPECT_EQ(service->Stop(service->prefill_workers().at(0), SIGTERM), 0);
 }
 
 }  // namespace
