@@ -109,7 +109,7 @@ absl::StatusOr<BrokerBenchResult> RunBrokerBench(const BrokerBenchConfig& config
     double us = 0;
     ASSIGN_OR_RETURN(auto job, Exchange(broker, "client", request, &us));
     plan.push_back(us);
-    if (step == 0) result.job_bytes = job->envelope().totalSize().wordCount * 8;
+    result.job_bytes = job->envelope().totalSize().wordCount * 8;  // the last, steady-state step
     const auto job_steps = job->envelope().getBody().getDecodeJob().getSteps();
     EnvelopeBuilder done(job->request_id());
     auto jd = done.envelope().getBody().initJobDone();

@@ -20,7 +20,7 @@ struct BrokerBenchResult {
   double plan_us = 0;         // decode request in, job out (median)
   double finish_us = 0;       // worker report in, reply out, lengths only (median)
   double finish_last_us = 0;  // the same with the last layer's outputs (batch x 32 x 128 f32)
-  size_t job_bytes = 0;
+  size_t job_bytes = 0;       // of a step after the first (block tables sent as deltas)
 };
 
 absl::StatusOr<BrokerBenchResult> RunBrokerBench(const BrokerBenchConfig& config);

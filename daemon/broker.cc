@@ -10,6 +10,7 @@
 #include "base/status_macros.h"
 #include "kvpool/format/kv_format_names.h"
 #include "protocol/activations_codec.h"
+#include "protocol/block_tables.h"
 #include "protocol/lists.h"
 #include "protocol/status_codec.h"
 
@@ -187,7 +188,7 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
   if (r.hasActivations()) {
     CopyActivationRows(r.getActivations(), hits, count, job.initActivations());
   }
-  Enqueue(Job{Role::kPrefill, from, id, lease, {seq}, hits, std::move(message), 0, 0,
+  Enqueue(Job{Role::kPrefill, from, id, lease, {seq}, hits, std::move(message), {}, 0, 0,
               clock_->NowMicros(), false, 0},
           out);
   return absl::OkStatus();
@@ -235,6 +236,7 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
   job.setOutputLayers(r.getOutputLayers());
   auto job_steps = job.initSteps(steps.size());
   std::vector<SeqId> planned;
+  std::vector<std::vector<BlockId>> tables;
   for (unsigned i = 0; i < steps.size(); ++i) {
     const auto s = steps[i];
     const SeqId seq = s.getSequence();
@@ -251,16 +253,15 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
     js.setToken(token);
     js.setPosition(static_cast<uint64_t>(position));
     js.setSlot(plan->slots.at(0));
-    const std::vector<BlockId> blocks = *sequences.Blocks(seq);
-    FillList(js.initBlockTable(blocks.size()), blocks);
+    tables.push_back(*sequences.Blocks(seq));
     SetCopies(plan->copies, js.initCopies(plan->copies.size()));
     if (s.hasActivations()) js.setActivations(s.getActivations());
     if (s.hasQueries()) js.setQueries(s.getQueries());
     if (s.hasNeedle()) js.setNeedle(s.getNeedle());
   }
   const int64_t now = clock_->NowMicros();
-  Enqueue(Job{Role::kDecode, from, id, lease, std::move(planned), 0, std::move(message), 0, 0, now,
-              false, now - started},
+  Enqueue(Job{Role::kDecode, from, id, lease, std::move(planned), 0, std::move(message),
+              std::move(tables), 0, 0, now, false, now - started},
           out);
   return absl::OkStatus();
 }
@@ -313,6 +314,7 @@ absl::Status Broker::HandleRelease(const std::string& from, uint64_t id, SeqId s
   RETURN_IF_ERROR(CheckOwnedIdle(seq, ClientLease(from)));
   const size_t blocks = pool_->sequences().Blocks(seq)->size();
   RETURN_IF_ERROR(pool_->sequences().Release(seq));
+  ForgetTables(seq);
   EnvelopeBuilder reply(id);
   reply.envelope().getBody().initReleaseReply().setReleasedBlocks(static_cast<uint32_t>(blocks));
   Reply(out, from, std::move(reply));
@@ -467,6 +469,19 @@ void Broker::Tick(Outbox& out) {
 }
 
 void Broker::ReleaseLeaseHoldings(LeaseId lease) {
+  // The sequences of a client lease go; workers need not keep their tables.
+  for (auto& [worker, held] : sent_tables_) {
+    std::vector<SeqId>& forget = forget_[worker];
+    for (auto it = held.begin(); it != held.end();) {
+      auto owner = pool_->sequences().Owner(it->first);
+      if (owner.ok() && *owner == lease) {
+        forget.push_back(it->first);
+        held.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
   pool_->sequences().ForgetLease(lease);
   pool_->blocks().ReleaseLease(lease);
 }
@@ -480,6 +495,8 @@ void Broker::EndWorker(LeaseId lease, const std::string& why, Outbox& out) {
   }
   pool_->leases().Revoke(lease);
   ReleaseLeaseHoldings(lease);
+  sent_tables_.erase(lease);
+  forget_.erase(lease);
   spdlog::warn("{} worker pid {} (lease {}) is gone: {}", RoleName(static_cast<int>(worker.role)),
                worker.pid, lease, why);
   if (!worker.job.has_value()) return;
@@ -548,7 +565,40 @@ void Broker::Dispatch(Outbox& out) {
     job.worker = lease;
     ++job.attempts;
     worker.job = id;
-    out.push_back({worker.identity, job.message.Frame()});
+    if (job.role == Role::kDecode) {
+      out.push_back({worker.identity, DecodeJobFor(job, lease).Frame()});
+    } else {
+      out.push_back({worker.identity, job.message.Frame()});
+    }
+  }
+}
+
+EnvelopeBuilder Broker::DecodeJobFor(const Job& job, LeaseId worker) {
+  EnvelopeBuilder message(job.message.request_id());
+  message.envelope().getBody().setDecodeJob(job.message.reader().getBody().getDecodeJob());
+  auto dj = message.envelope().getBody().getDecodeJob();
+  auto& held = sent_tables_[worker];
+  auto steps = dj.getSteps();
+  for (unsigned i = 0; i < steps.size(); ++i) {
+    const std::vector<BlockId>& table = job.tables[i];
+    std::vector<BlockId>& known = held[steps[i].getSequence()];
+    const size_t from = CommonPrefix(known, table);
+    steps[i].setBlockTableFrom(static_cast<uint32_t>(from));
+    steps[i].setBlockTableHash(BlockTableHash(table));
+    FillList(steps[i].initBlockTable(table.size() - from),
+             std::span<const BlockId>(table).subspan(from));
+    known = table;
+  }
+  if (auto f = forget_.find(worker); f != forget_.end()) {
+    FillList(dj.initForget(f->second.size()), f->second);
+    forget_.erase(f);
+  }
+  return message;
+}
+
+void Broker::ForgetTables(SeqId seq) {
+  for (auto& [worker, held] : sent_tables_) {
+    if (held.erase(seq) > 0) forget_[worker].push_back(seq);
   }
 }
 
@@ -571,6 +621,9 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
   }
   SequenceTable& sequences = pool_->sequences();
   absl::Status status = result;
+  if (!status.ok() && job.role == Role::kDecode) {
+    sent_tables_.erase(job.worker);  // what the worker holds is unknown now: send whole tables
+  }
   if (status.ok()) {
     for (SeqId s : job.sequences) {
       if (absl::Status c = sequences.Commit(s); !c.ok() && status.ok()) status = c;

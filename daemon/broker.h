@@ -87,7 +87,8 @@ class Broker {
     LeaseId client_lease = 0;
     std::vector<SeqId> sequences;
     int32_t prefix_hit_tokens = 0;
-    EnvelopeBuilder message;  // the job as sent; re-sent when re-queued
+    EnvelopeBuilder message;  // prefill: the job as sent; decode: all but the block tables
+    std::vector<std::vector<BlockId>> tables;  // decode: each step's block table
     int attempts = 0;
     LeaseId worker = 0;  // 0 while queued
     int64_t submitted_micros = 0;
@@ -131,6 +132,11 @@ class Broker {
 
   void Enqueue(Job job, Outbox& out);
   void Dispatch(Outbox& out);
+  // The decode job for `worker`: the template plus each step's block table as a delta against
+  // what that worker holds.
+  EnvelopeBuilder DecodeJobFor(const Job& job, LeaseId worker);
+  // Workers no longer hold `seq`'s table as sent (released, or its owner is gone).
+  void ForgetTables(SeqId seq);
   // Ends a job: commit + reply on success, abort + error reply otherwise.
   void FinishJob(JobId id, const absl::Status& result, const wire::JobDone::Reader* done,
                  Outbox& out);
@@ -154,6 +160,10 @@ class Broker {
   absl::flat_hash_map<LeaseId, std::string> client_identities_;
   absl::flat_hash_map<SeqId, JobId> busy_;      // sequences a job is writing
   absl::flat_hash_map<LeaseId, int> deferred_;  // expired clients: running jobs left
+  // Per decode worker, the block table it holds for each sequence (what was last sent), and the
+  // sequences it may forget; decode jobs carry only what changed (protocol/block_tables.h).
+  absl::flat_hash_map<LeaseId, absl::flat_hash_map<SeqId, std::vector<BlockId>>> sent_tables_;
+  absl::flat_hash_map<LeaseId, std::vector<SeqId>> forget_;
   BrokerMetrics metrics_;
 };
 

@@ -25,7 +25,8 @@ class EnvelopeBuilder {
  public:
   explicit EnvelopeBuilder(uint64_t request_id);
   wire::Envelope::Builder envelope() { return root_; }
-  uint64_t request_id() const { return root_.asReader().getRequestId(); }
+  wire::Envelope::Reader reader() const { return root_.asReader(); }
+  uint64_t request_id() const { return reader().getRequestId(); }
 
   // The frames to send, pointing into the builder's segments, which live until the builder and
   // every frame made from it are gone. Framing again re-sends the same message (a re-queued job);

@@ -252,17 +252,23 @@ struct DecodeJobStep {
   token @1 :Int32;
   position @2 :UInt64;           # of the new token
   slot @3 :Int64;                # where its K/V go
+  # The sequence's block table is the first blockTableFrom blocks of the table this worker got
+  # for it in earlier jobs, then blockTable; blockTableHash (protocol/block_tables.h) is of the
+  # whole table. A worker that cannot rebuild it answers ABORTED and forgets all its tables.
   blockTable @4 :List(Int32);
   copies @5 :List(BlockCopy);
   activations @6 :Activations;
   queries @7 :Queries;
   needle @8 :Needle;
+  blockTableFrom @9 :UInt32;
+  blockTableHash @10 :UInt64;
 }
 
 struct DecodeJob {
   job @0 :UInt64;
   steps @1 :List(DecodeJobStep);
   outputLayers @2 :OutputLayers;
+  forget @3 :List(UInt64);  # sequences whose block tables the worker may drop
 }
 
 struct JobDone {

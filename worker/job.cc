@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kvpool/layout/layer_cache.h"
+#include "protocol/block_tables.h"
 
 namespace kvp {
 namespace {
@@ -58,9 +59,11 @@ absl::StatusOr<PrefillWork> PrefillWorkFromWire(wire::PrefillJob::Reader job,
   return w;
 }
 
-absl::StatusOr<DecodeWork> DecodeWorkFromWire(wire::DecodeJob::Reader job, const JobContext& ctx) {
+absl::StatusOr<DecodeWork> DecodeWorkFromWire(wire::DecodeJob::Reader job, const JobContext& ctx,
+                                              BlockTableCache& tables) {
   DecodeWork w;
   w.outputs = job.getOutputLayers();
+  for (uint64_t seq : job.getForget()) tables.erase(seq);
   for (auto s : job.getSteps()) {
     DecodeStepWork step;
     step.sequence = s.getSequence();
@@ -68,13 +71,26 @@ absl::StatusOr<DecodeWork> DecodeWorkFromWire(wire::DecodeJob::Reader job, const
     step.position = static_cast<int64_t>(s.getPosition());
     step.slot = s.getSlot();
     RETURN_IF_ERROR(CheckSlot(step.slot, ctx));
-    for (int32_t b : s.getBlockTable()) {
+    std::vector<int32_t>& held = tables[step.sequence];
+    const size_t from = s.getBlockTableFrom();
+    if (from > held.size()) {
+      return absl::AbortedError(absl::StrCat("sequence ", step.sequence, ": the block table ",
+                                             "continues after block ", from, " but this worker ",
+                                             "holds ", held.size()));
+    }
+    step.block_table.assign(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(from));
+    for (int32_t b : s.getBlockTable()) step.block_table.push_back(b);
+    if (BlockTableHash(step.block_table) != s.getBlockTableHash()) {
+      return absl::AbortedError(absl::StrCat("sequence ", step.sequence, ": the rebuilt block ",
+                                             "table does not match kvpoold's"));
+    }
+    held = step.block_table;
+    for (int32_t b : step.block_table) {
       if (b < 0 || b >= ctx.num_blocks) {
         return absl::OutOfRangeError(absl::StrCat("sequence ", step.sequence, ": block ", b,
                                                   " is outside the arena's ", ctx.num_blocks,
                                                   " blocks"));
       }
-      step.block_table.push_back(b);
     }
     if (BlocksForTokens(step.position + 1, ctx.spec.block_size) >
         static_cast<int64_t>(step.block_table.size())) {

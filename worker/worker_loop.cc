@@ -90,7 +90,7 @@ void Heartbeats(zmq::context_t& context, const std::string& endpoint, const Sess
 
 // Executes one job message; the report to send back.
 EnvelopeBuilder Execute(const ParsedEnvelope& message, Clock::time_point received,
-                        const JobContext& ctx, Executor& executor) {
+                        const JobContext& ctx, BlockTableCache& tables, Executor& executor) {
   const auto body = message.envelope().getBody();
   const auto start = Clock::now();
   const uint64_t job = body.isPrefillJob() ? body.getPrefillJob().getJob()
@@ -102,7 +102,8 @@ EnvelopeBuilder Execute(const ParsedEnvelope& message, Clock::time_point receive
     absl::StatusOr<PrefillWork> work = PrefillWorkFromWire(body.getPrefillJob(), ctx);
     status = work.ok() ? executor.Prefill(*work) : work.status();
   } else {
-    absl::StatusOr<DecodeWork> work = DecodeWorkFromWire(body.getDecodeJob(), ctx);
+    absl::StatusOr<DecodeWork> work = DecodeWorkFromWire(body.getDecodeJob(), ctx, tables);
+    if (absl::IsAborted(work.status())) tables.clear();  // kvpoold resends whole tables
     if (work.ok()) {
       absl::StatusOr<std::vector<DecodeStepResult>> r = executor.Decode(*work);
       if (r.ok()) results = std::move(*r);
@@ -164,6 +165,7 @@ absl::Status WorkerLoop::Run(const std::atomic<bool>& stop) {
     spdlog::info("registered: role={} lease={} backend={} blocks={} {}", role, session->lease,
                  (*attachment)->backend_name(), session->ctx.num_blocks,
                  session->ctx.spec.DebugString());
+    BlockTableCache tables;  // as kvpoold sent them in this registration
     std::atomic<bool> lost = false;
     std::thread heartbeats(Heartbeats, std::ref(context), std::cref(options_.endpoint),
                            std::cref(*session), std::cref(stop), std::ref(lost));
@@ -180,7 +182,7 @@ absl::Status WorkerLoop::Run(const std::atomic<bool>& stop) {
       const auto body = (*message)->envelope().getBody();
       if (body.isPrefillJob() || body.isDecodeJob()) {
         const EnvelopeBuilder report =
-            Execute(**message, received, session->ctx, (*attachment)->executor());
+            Execute(**message, received, session->ctx, tables, (*attachment)->executor());
         if (absl::Status s = dealer.Send(report); !s.ok()) {
           spdlog::warn("could not report job: {}", s.ToString());
         }
