@@ -97,9 +97,21 @@ TEST(FramingTest, AnotherSchemaVersionIsAFailedPrecondition) {
   EnvelopeBuilder b(3);
   b.envelope().setSchemaVersion(wire::SCHEMA_VERSION + 1);
   b.envelope().getBody().initHealth();
-  const auto status = ParseEnvelope(b.Frame()).status();
+  uint64_t request_id = 0;
+  const auto status = ParseEnvelope(b.Frame(), {}, &request_id).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_NE(status.message().find("schema version"), absl::string_view::npos);
+  EXPECT_EQ(request_id, 3u);  // so the error reply can answer the request
+}
+
+TEST(FramingTest, AFrameCanBeSentAgain) {
+  EnvelopeBuilder b(4);
+  b.envelope().getBody().initRelease().setSequence(9);
+  for (int i = 0; i < 2; ++i) {
+    auto parsed = ParseEnvelope(b.Frame());
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    EXPECT_EQ((*parsed)->envelope().getBody().getRelease().getSequence(), 9u);
+  }
 }
 
 TEST(FramingTest, CrossesARealZeroMqSocketAsMultipart) {
