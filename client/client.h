@@ -29,6 +29,9 @@ struct ClientOptions {
   std::string endpoint;  // default: ipc://<DefaultRuntimeDir()>/kvpoold.sock
   std::string name;      // default: unique per process
   int timeout_ms = 120'000;
+  // How often a client waiting for a reply heartbeats: well inside kvpoold's client lease (30 s
+  // by default), so a long job does not outlive the lease of the client waiting for it.
+  int keep_alive_ms = 5000;
 };
 
 struct PrefillResult {
@@ -107,9 +110,9 @@ class Client {
   // Asynchronous use: a fresh request, sent; replies come back through Receive in any order.
   EnvelopeBuilder NewRequest() { return EnvelopeBuilder(next_id_++); }
   absl::Status Send(const EnvelopeBuilder& request) { return dealer_.Send(request); }
-  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Receive(int timeout_ms) {
-    return dealer_.Receive(timeout_ms);
-  }
+  // The next reply. While it waits, it heartbeats every options().keep_alive_ms; heartbeat
+  // replies are consumed here.
+  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Receive(int timeout_ms);
 
   // Request builders, shared by the synchronous calls and asynchronous users.
   static void BuildPrefill(EnvelopeBuilder& request, uint64_t sequence,

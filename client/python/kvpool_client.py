@@ -14,6 +14,7 @@ evaluated. Sequences belong to the client's name while kvpoold's client lease la
 import itertools
 import os
 import struct
+import time
 
 import capnp  # pycapnp
 import zmq
@@ -68,12 +69,15 @@ def _tensor_values(tensor):
 
 
 class KvpoolClient:
-    def __init__(self, endpoint=None, name=None, timeout_ms=120000):
+    def __init__(self, endpoint=None, name=None, timeout_ms=120000, keep_alive_ms=5000):
         self._context = zmq.Context.instance()
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt_string(zmq.ROUTING_ID, name or "py-%d" % os.getpid())
-        self._socket.setsockopt(zmq.RCVTIMEO, timeout_ms)
+        # Waits are cut into keep_alive_ms slices with a heartbeat after each, so a long job does
+        # not outlive this client's lease (as the C++ client does).
+        self._socket.setsockopt(zmq.RCVTIMEO, keep_alive_ms)
+        self._timeout_s = timeout_ms / 1000.0
         self._socket.connect(endpoint or default_endpoint())
         self._ids = itertools.count(1)
 
@@ -91,11 +95,17 @@ class KvpoolClient:
 
     def _send_and_wait(self, envelope, request_id):
         self._socket.send_multipart(envelope.to_segments())
+        deadline = time.monotonic() + self._timeout_s
         while True:
             try:
                 frames = self._socket.recv_multipart()
             except zmq.Again:
-                raise KvpoolError("DEADLINE_EXCEEDED", "no reply from kvpoold") from None
+                if time.monotonic() > deadline:
+                    raise KvpoolError("DEADLINE_EXCEEDED", "no reply from kvpoold") from None
+                beat = schema.Envelope.new_message(schemaVersion=schema.schemaVersion, requestId=0)
+                beat.body.init("heartbeat").lease = 0
+                self._socket.send_multipart(beat.to_segments())
+                continue
             reply = schema.Envelope.from_segments(frames, traversal_limit_in_words=
                                                   2 * sum(len(f) for f in frames) // 8)
             if reply.schemaVersion != schema.schemaVersion:

@@ -342,6 +342,19 @@ TEST(ServiceTest, ADeadClientsSequencesAreReleased) {
   ExpectNoBlockHeld(observer);
 }
 
+TEST(ServiceTest, AClientWaitingForALongJobKeepsItsLease) {
+  auto service = StartOrDie(WithFlags({"--client_lease_ms=400", "--arena_mib=256"}));
+  ASSERT_NE(service, nullptr);
+  ClientOptions options = service->client_options("patient");
+  options.keep_alive_ms = 100;
+  Client client(options);
+  absl::StatusOr<PrefillResult> prefill = client.Prefill(1, Tokens(20000, 1));  // > 400 ms
+  ASSERT_TRUE(prefill.ok()) << prefill.status();
+  absl::StatusOr<DecodeResult> decoded =
+      client.Decode({DecodeStepRequest{1, 5, std::nullopt, nullptr, nullptr}});
+  EXPECT_TRUE(decoded.ok()) << decoded.status();  // the sequence is still there
+}
+
 TEST(ServiceTest, WorkersReRegisterWhenKvpooldComesBackAndSigtermDrains) {
   auto service = StartOrDie();
   ASSERT_NE(service, nullptr);
