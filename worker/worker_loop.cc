@@ -148,7 +148,7 @@ absl::Status WorkerLoop::Run(const std::atomic<bool>& stop) {
       }
       if (!waiting_logged) {
         spdlog::info("waiting for kvpoold at {} ({})", options_.endpoint,
-                     std::string(std::string(session.status().message())));
+                     std::string(session.status().message()));
         waiting_logged = true;
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
