@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/workload.h"
+#include "kernels/synthetic/synthetic_fill.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "protocol/dealer.h"
@@ -133,6 +134,67 @@ TEST(ServiceTest, PrefixHitsReleaseAndForkShare) {
   stats = client.Stats();
   EXPECT_EQ(stats->sequences, 0u);
   EXPECT_GT(stats->blocks_cached, 0u);  // full blocks stay findable by prefix
+}
+
+// The synthetic model's activations of `tokens` at positions first.. (what a client with real
+// weights would send instead).
+TokenActivations SyntheticActivations(const PoolHealth& h, std::span<const int32_t> tokens,
+                                      int32_t first) {
+  const SyntheticConfig cfg = SyntheticConfigOf(h.model);
+  const SyntheticShape shape = SyntheticShapeOf(h.spec, h.model);
+  const size_t row = size_t(h.spec.num_kv_heads) * h.spec.head_dim;
+  TokenActivations a;
+  for (int l = 0; l < h.spec.num_layers; ++l) {
+    a.k.emplace_back(tokens.size() * row);
+    a.v.emplace_back(tokens.size() * row);
+    a.index_k.emplace_back(tokens.size() * 128);
+    FillSyntheticTokens(cfg, shape, l, tokens, first, a.k.back().data(), a.v.back().data(),
+                        a.index_k.back().data());
+  }
+  return a;
+}
+
+TEST(ServiceTest, ActivationTensorsFromTheClientMatchTheSyntheticModel) {
+  auto service = StartOrDie();
+  ASSERT_NE(service, nullptr);
+  Client client(service->client_options("tensors"));
+  absl::StatusOr<PoolHealth> h = client.Health();
+  ASSERT_TRUE(h.ok());
+  const std::vector<int32_t> prompt = Tokens(100, 500);
+  // Sequence 1: synthetic. Sequence 2: other token ids (no prefix hit), the same K/V as tensors.
+  ASSERT_TRUE(client.Prefill(1, prompt).ok());
+  const TokenActivations act = SyntheticActivations(*h, prompt, 0);
+  absl::StatusOr<PrefillResult> with_tensors = client.Prefill(2, Tokens(100, 9000), &act, &h->spec);
+  ASSERT_TRUE(with_tensors.ok()) << with_tensors.status();
+  EXPECT_EQ(with_tensors->prefix_hit_tokens, 0);
+
+  // One decode step each: synthetic for 1; for 2 the new token's K/V and the queries as tensors.
+  const int32_t token = 77;
+  const SyntheticConfig cfg = SyntheticConfigOf(h->model);
+  const SyntheticShape shape = SyntheticShapeOf(h->spec, h->model);
+  const SyntheticNeedle needle{40, prompt[40], 0.6f};
+  const TokenActivations step_act = SyntheticActivations(*h, {&token, 1}, 100);
+  StepQueries queries;
+  for (int l = 0; l < h->spec.num_layers; ++l) {
+    const uint64_t seed = SyntheticStepSeed(cfg, token, 100);
+    queries.q.emplace_back(size_t(h->model.num_q_heads) * h->spec.head_dim);
+    queries.index_q.emplace_back(64 * 128);
+    queries.head_weights.emplace_back(64);
+    FillSyntheticQuery(cfg, shape, l, seed, &needle, queries.q.back().data());
+    FillSyntheticIndexQuery(cfg, l, seed, &needle, queries.index_q.back().data(),
+                            queries.head_weights.back().data());
+  }
+  absl::StatusOr<DecodeResult> a = client.Decode(
+      {DecodeStepRequest{1, token, NeedleSpec{needle.position, needle.token, needle.gain}, nullptr,
+                         nullptr}});
+  absl::StatusOr<DecodeResult> b =
+      client.Decode({DecodeStepRequest{2, token, std::nullopt, &step_act, &queries}},
+                    wire::OutputLayers::ALL, &h->spec, &h->model);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(a->steps[0].out, b->steps[0].out);
+  EXPECT_EQ(a->steps[0].topk, b->steps[0].topk);
+  EXPECT_NE(std::count(a->steps[0].topk[0].begin(), a->steps[0].topk[0].end(), 40), 0);
 }
 
 TEST(ServiceTest, EngineAppendCommitAndAbort) {
