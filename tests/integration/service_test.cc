@@ -1,6 +1,11 @@
 // kvpoold, workers and clients as real processes on the host backend (DESIGN.md §6, §7): the full
 // flow against an in-process reference, sharing, bad input, and workers or kvpoold going away.
+#include <arpa/inet.h>
+#include <httplib.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <chrono>
 #include <thread>
@@ -415,6 +420,55 @@ TEST(ServiceTest, AClientWaitingForALongJobKeepsItsLease) {
   absl::StatusOr<DecodeResult> decoded =
       client.Decode({DecodeStepRequest{1, 5, std::nullopt, nullptr, nullptr}});
   EXPECT_TRUE(decoded.ok()) << decoded.status();  // the sequence is still there
+}
+
+// A TCP port nothing listens on right now.
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+TEST(ServiceTest, MetricsAndHealthAreServedOverHttp) {
+  const int port = FreePort();
+  auto service =
+      StartOrDie(WithFlags({absl::StrCat("--metrics_port=", port), "--arena_mib=256"}));
+  ASSERT_NE(service, nullptr);
+  Client client(service->client_options("watched"));
+  ASSERT_TRUE(client.Prefill(1, Tokens(100, 1)).ok());
+  ASSERT_TRUE(client.Decode({DecodeStepRequest{1, 5, std::nullopt, nullptr, nullptr}}).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // a tick publishes the metrics
+  httplib::Client http("127.0.0.1", port);
+  httplib::Result health = http.Get("/healthz");
+  ASSERT_TRUE(health) << "no answer on port " << port;
+  EXPECT_EQ(health->status, 200);
+  httplib::Result metrics = http.Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  EXPECT_THAT(metrics->body, HasSubstr("kvpool_blocks{gpu=\"host\",state=\"used\"} 2"));
+  EXPECT_THAT(metrics->body, HasSubstr("kvpool_workers{role=\"decode\"} 1"));
+  EXPECT_THAT(metrics->body, HasSubstr("kvpool_jobs_total{kind=\"decode\",outcome=\"ok\"} 1"));
+  EXPECT_THAT(metrics->body, HasSubstr("kvpool_job_seconds_count{kind=\"prefill\"} 1"));
+
+  // While it drains, /healthz says so.
+  EnvelopeBuilder prefill = client.NewRequest();
+  Client::BuildPrefill(prefill, 2, Tokens(60000, 1000), nullptr, nullptr);  // seconds of work
+  ASSERT_TRUE(client.Send(prefill).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ::kill(service->daemon(), SIGTERM);
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  health = http.Get("/healthz");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 503);
+  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = client.Receive(180'000);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_TRUE(PrefillResultOf(**reply).ok());
 }
 
 TEST(ServiceTest, WorkersReRegisterWhenKvpooldComesBackAndSigtermDrains) {
