@@ -438,7 +438,8 @@ int FreePort() {
 TEST(ServiceTest, MetricsAndHealthAreServedOverHttp) {
   const int port = FreePort();
   auto service =
-      StartOrDie(WithFlags({absl::StrCat("--metrics_port=", port), "--arena_mib=256"}));
+      StartOrDie(WithFlags({absl::StrCat("--metrics_port=", port), "--arena_mib=256",
+                            "--drain_timeout_ms=300000"}));
   ASSERT_NE(service, nullptr);
   Client client(service->client_options("watched"));
   ASSERT_TRUE(client.Prefill(1, Tokens(100, 1)).ok());
@@ -458,7 +459,7 @@ TEST(ServiceTest, MetricsAndHealthAreServedOverHttp) {
 
   // While it drains, /healthz says so.
   EnvelopeBuilder prefill = client.NewRequest();
-  Client::BuildPrefill(prefill, 2, Tokens(60000, 1000), nullptr, nullptr);  // seconds of work
+  Client::BuildPrefill(prefill, 2, Tokens(40000, 1000), nullptr, nullptr);  // seconds of work
   ASSERT_TRUE(client.Send(prefill).ok());
   std::this_thread::sleep_for(std::chrono::milliseconds(50));
   ::kill(service->daemon(), SIGTERM);
