@@ -2,9 +2,7 @@
 
 #include <unistd.h>
 
-#include <algorithm>
 #include <atomic>
-#include <chrono>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -38,43 +36,12 @@ absl::Status Unexpected(const char* what) {
 Client::Client(ClientOptions options)
     : options_(WithDefaults(std::move(options))),
       context_(1),
-      dealer_(context_, options_.endpoint, options_.name) {}
-
-absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Client::Receive(int timeout_ms) {
-  const auto deadline =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
-  while (true) {
-    const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(
-                             deadline - std::chrono::steady_clock::now())
-                             .count();
-    if (left <= 0) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("no reply from kvpoold within ", timeout_ms, " ms"));
-    }
-    absl::StatusOr<std::unique_ptr<ParsedEnvelope>> message =
-        dealer_.Receive(static_cast<int>(std::min<int64_t>(left, options_.keep_alive_ms)));
-    if (absl::IsDeadlineExceeded(message.status())) {
-      EnvelopeBuilder beat(0);  // id 0: its reply is recognised and dropped below
-      beat.envelope().getBody().initHeartbeat().setLease(0);
-      if (absl::Status s = dealer_.Send(beat); !s.ok()) return s;
-      continue;
-    }
-    if (message.ok() && (*message)->request_id() == 0 &&
-        (*message)->envelope().getBody().isHeartbeatReply()) {
-      continue;
-    }
-    return message;
-  }
+      dealer_(context_, options_.endpoint, options_.name) {
+  dealer_.set_keep_alive_ms(options_.keep_alive_ms);
 }
 
 absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Client::Call(const EnvelopeBuilder& request) {
-  RETURN_IF_ERROR(dealer_.Send(request));
-  while (true) {
-    ASSIGN_OR_RETURN(std::unique_ptr<ParsedEnvelope> reply, Receive(options_.timeout_ms));
-    if (reply->request_id() != request.request_id()) continue;  // late reply to a timed-out call
-    RETURN_IF_ERROR(ErrorOr(*reply));
-    return reply;
-  }
+  return dealer_.Call(request, options_.timeout_ms);
 }
 
 absl::StatusOr<PoolHealth> Client::Health() {

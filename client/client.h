@@ -110,9 +110,10 @@ class Client {
   // Asynchronous use: a fresh request, sent; replies come back through Receive in any order.
   EnvelopeBuilder NewRequest() { return EnvelopeBuilder(next_id_++); }
   absl::Status Send(const EnvelopeBuilder& request) { return dealer_.Send(request); }
-  // The next reply. While it waits, it heartbeats every options().keep_alive_ms; heartbeat
-  // replies are consumed here.
-  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Receive(int timeout_ms);
+  // The next reply. While it waits, it heartbeats every options().keep_alive_ms.
+  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Receive(int timeout_ms) {
+    return dealer_.Receive(timeout_ms);
+  }
 
   // Request builders, shared by the synchronous calls and asynchronous users.
   static void BuildPrefill(EnvelopeBuilder& request, uint64_t sequence,

@@ -1,5 +1,6 @@
 #include "protocol/dealer.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <zmq_addon.hpp>
@@ -30,6 +31,33 @@ absl::Status Dealer::Send(const EnvelopeBuilder& message) {
 }
 
 absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Dealer::Receive(int timeout_ms) {
+  if (keep_alive_ms_ <= 0) return ReceiveOnce(timeout_ms);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (true) {
+    const int64_t left = std::chrono::duration_cast<std::chrono::milliseconds>(
+                             deadline - std::chrono::steady_clock::now())
+                             .count();
+    if (left <= 0) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("no message from kvpoold within ", timeout_ms, " ms"));
+    }
+    absl::StatusOr<std::unique_ptr<ParsedEnvelope>> message =
+        ReceiveOnce(static_cast<int>(std::min<int64_t>(left, keep_alive_ms_)));
+    if (absl::IsDeadlineExceeded(message.status())) {
+      EnvelopeBuilder beat(0);  // id 0: its reply is recognised and dropped below
+      beat.envelope().getBody().initHeartbeat().setLease(0);
+      if (absl::Status s = Send(beat); !s.ok()) return s;
+      continue;
+    }
+    if (message.ok() && (*message)->request_id() == 0 &&
+        (*message)->envelope().getBody().isHeartbeatReply()) {
+      continue;
+    }
+    return message;
+  }
+}
+
+absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Dealer::ReceiveOnce(int timeout_ms) {
   // A blocking receive with a timeout: one wake-up per message, no separate poll.
   socket_.set(zmq::sockopt::rcvtimeo, timeout_ms);
   std::vector<zmq::message_t> frames;

@@ -17,6 +17,11 @@ class Dealer {
   // Connects (lazily, as ZeroMQ does) to `endpoint` with routing id `identity` (empty: random).
   Dealer(zmq::context_t& context, const std::string& endpoint, const std::string& identity);
 
+  // With keep-alive (> 0), a wait heartbeats kvpoold every `millis` (a client heartbeat, lease 0,
+  // request id 0) and drops the heartbeat replies, so a client waiting for a long job keeps its
+  // lease. 0 (the default): no heartbeats.
+  void set_keep_alive_ms(int millis) { keep_alive_ms_ = millis; }
+
   // UNAVAILABLE when the message cannot be queued within the send timeout.
   absl::Status Send(const EnvelopeBuilder& message);
   // DEADLINE_EXCEEDED when nothing arrives within timeout_ms; CANCELLED when a signal interrupts
@@ -30,7 +35,11 @@ class Dealer {
   zmq::socket_t& socket() { return socket_; }
 
  private:
+  // One blocking receive, no keep-alive.
+  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> ReceiveOnce(int timeout_ms);
+
   zmq::socket_t socket_;
+  int keep_alive_ms_ = 0;
 };
 
 }  // namespace kvp
