@@ -68,8 +68,8 @@ absl::StatusOr<PoolStats> Client::Stats() {
   const auto body = reply->envelope().getBody();
   if (!body.isStatsReply()) return Unexpected("stats request");
   const auto s = body.getStatsReply();
-  return PoolStats{s.getBlocksFree(),      s.getBlocksReserved(), s.getBlocksUsed(),
-                   s.getBlocksCached(),    s.getPrefixHitBlocks(), s.getLeases(),
+  return PoolStats{s.getBlocksFree(),   s.getBlocksReserved(),  s.getBlocksUsed(),
+                   s.getBlocksCached(), s.getPrefixHitBlocks(), s.getLeases(),
                    s.getSequences()};
 }
 

@@ -10,8 +10,8 @@
 namespace kvp {
 
 absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(BlockLayout layout,
-                                                                    uint8_t* base, JobContext ctx,
-                                                                    int device) {
+                                                                   uint8_t* base, JobContext ctx,
+                                                                   int device) {
   KVP_CUDA_RETURN_IF_ERROR(cudaSetDevice(device));
   cudaStream_t stream;
   KVP_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
@@ -52,8 +52,8 @@ absl::Status CudaExecutor::Prefill(const PrefillWork& work) {
   const int64_t n = static_cast<int64_t>(work.tokens.size());
   const size_t row = static_cast<size_t>(ctx_.spec.num_kv_heads) * ctx_.spec.head_dim;
   const bool indexer = ctx_.spec.indexer;
-  ASSIGN_OR_RETURN(int64_t* slots, Upload(work.slots, slots_));
-  ASSIGN_OR_RETURN(int32_t* tokens, Upload(work.tokens, tokens_));
+  ASSIGN_OR_RETURN(int64_t * slots, Upload(work.slots, slots_));
+  ASSIGN_OR_RETURN(int32_t * tokens, Upload(work.tokens, tokens_));
   ASSIGN_OR_RETURN(void* k, k_.Get(n * row * sizeof(Bf16)));
   ASSIGN_OR_RETURN(void* v, v_.Get(n * row * sizeof(Bf16)));
   ASSIGN_OR_RETURN(void* index_k, index_k_.Get(n * kIndexHeadDim * sizeof(Bf16)));
@@ -95,26 +95,19 @@ absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::Decode(const DecodeW
   const int qh = ctx_.model.num_q_heads, d = ctx_.spec.head_dim, k = ctx_.model.topk;
   const bool indexer = ctx_.spec.indexer;
   const SyntheticConfig synth = SyntheticConfigOf(ctx_.model);
-  size_t stride = 1;
-  int32_t max_len = 1;
   bool synthetic_tokens = true, synthetic_queries = true;
   for (const DecodeStepWork& s : work.steps) {
     RETURN_IF_ERROR(Copy(s.copies));
-    stride = std::max(stride, s.block_table.size());
-    max_len = std::max(max_len, static_cast<int32_t>(s.position + 1));
     synthetic_tokens &= !s.activations.has_value();
     synthetic_queries &= !s.queries.has_value();
   }
-  std::vector<int32_t> tables(n * stride, 0), lens(n), tokens(n), positions(n), needle_pos(n, -1),
-      needle_tok(n, 0);
-  std::vector<int64_t> slots(n);
+  const DecodeBatch batch = DecodeBatchOf(work);
+  const int32_t stride = batch.stride, max_len = batch.max_len;
+  std::vector<int32_t> tokens(n), positions(n), needle_pos(n, -1), needle_tok(n, 0);
   std::vector<uint64_t> seeds(n);
   std::vector<float> needle_gain(n, 0.0f);
   for (int i = 0; i < n; ++i) {
     const DecodeStepWork& s = work.steps[i];
-    std::copy(s.block_table.begin(), s.block_table.end(), tables.begin() + i * stride);
-    lens[i] = static_cast<int32_t>(s.position + 1);
-    slots[i] = s.slot;
     tokens[i] = s.token;
     positions[i] = static_cast<int32_t>(s.position);
     seeds[i] = SyntheticStepSeed(synth, s.token, s.position);
@@ -124,14 +117,14 @@ absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::Decode(const DecodeW
       needle_gain[i] = s.needle->gain;
     }
   }
-  ASSIGN_OR_RETURN(int32_t* d_tables, Upload(tables, tables_));
-  ASSIGN_OR_RETURN(int32_t* d_lens, Upload(lens, lens_));
-  ASSIGN_OR_RETURN(int64_t* d_slots, Upload(slots, slots_));
-  ASSIGN_OR_RETURN(int32_t* d_tokens, Upload(tokens, tokens_));
-  ASSIGN_OR_RETURN(int32_t* d_positions, Upload(positions, positions_));
-  ASSIGN_OR_RETURN(uint64_t* d_seeds, Upload(seeds, seeds_));
-  ASSIGN_OR_RETURN(int32_t* d_needle_pos, Upload(needle_pos, needle_pos_));
-  ASSIGN_OR_RETURN(int32_t* d_needle_tok, Upload(needle_tok, needle_tok_));
+  ASSIGN_OR_RETURN(int32_t * d_tables, Upload(batch.tables, tables_));
+  ASSIGN_OR_RETURN(int32_t * d_lens, Upload(batch.lens, lens_));
+  ASSIGN_OR_RETURN(int64_t * d_slots, Upload(batch.slots, slots_));
+  ASSIGN_OR_RETURN(int32_t * d_tokens, Upload(tokens, tokens_));
+  ASSIGN_OR_RETURN(int32_t * d_positions, Upload(positions, positions_));
+  ASSIGN_OR_RETURN(uint64_t * d_seeds, Upload(seeds, seeds_));
+  ASSIGN_OR_RETURN(int32_t * d_needle_pos, Upload(needle_pos, needle_pos_));
+  ASSIGN_OR_RETURN(int32_t * d_needle_tok, Upload(needle_tok, needle_tok_));
   ASSIGN_OR_RETURN(float* d_needle_gain, Upload(needle_gain, needle_gain_));
 
   const size_t row = static_cast<size_t>(ctx_.spec.num_kv_heads) * d;
@@ -208,19 +201,18 @@ absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::Decode(const DecodeW
     const int slot = work.outputs == wire::OutputLayers::ALL ? l : 0;
     float* layer_out = static_cast<float*>(out) + slot * out_per_layer;
     int32_t* layer_topk = static_cast<int32_t*>(topk) + slot * topk_per_layer;
-    AttentionParams attn{cache,     static_cast<const Bf16*>(q), d_tables,
-                         static_cast<int32_t>(stride), d_lens, layer_out, n, qh,
-                         DefaultSoftmaxScale(d), 0.0f, max_len, nullptr};
+    AttentionParams attn{
+        cache, static_cast<const Bf16*>(q), d_tables, stride,  d_lens, layer_out, n,
+        qh,    DefaultSoftmaxScale(d),      0.0f,     max_len, nullptr};
     if (indexer) {
       RETURN_IF_ERROR(IndexerLogitsCuda(
           IndexerLogitsParams{cache, static_cast<const Bf16*>(idx_q),
-                              static_cast<const float*>(weights), d_tables,
-                              static_cast<int32_t>(stride), d_lens, static_cast<float*>(logits),
-                              max_len, n, kIndexHeads},
+                              static_cast<const float*>(weights), d_tables, stride, d_lens,
+                              static_cast<float*>(logits), max_len, n, kIndexHeads},
           stream_));
-      RETURN_IF_ERROR(TopkCuda(TopkParams{static_cast<const float*>(logits), d_lens, layer_topk,
-                                          max_len, n, k},
-                               kernel_ws_, stream_));
+      RETURN_IF_ERROR(
+          TopkCuda(TopkParams{static_cast<const float*>(logits), d_lens, layer_topk, max_len, n, k},
+                   kernel_ws_, stream_));
       RETURN_IF_ERROR(
           SparseDecodeCuda(SparseDecodeParams{attn, layer_topk, k}, kernel_ws_, stream_));
     } else {
@@ -230,8 +222,7 @@ absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::Decode(const DecodeW
   std::vector<float> host_out(out_layers * out_per_layer);
   std::vector<int32_t> host_topk(out_layers * topk_per_layer);
   if (!host_out.empty()) {
-    KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out.data(), out,
-                                             host_out.size() * sizeof(float),
+    KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out.data(), out, host_out.size() * sizeof(float),
                                              cudaMemcpyDeviceToHost, stream_));
   }
   if (!host_topk.empty()) {
@@ -240,10 +231,8 @@ absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::Decode(const DecodeW
                                              cudaMemcpyDeviceToHost, stream_));
   }
   KVP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
-  std::vector<DecodeStepResult> results(n);
+  std::vector<DecodeStepResult> results = EmptyResults(work);
   for (int i = 0; i < n; ++i) {
-    results[i].sequence = work.steps[i].sequence;
-    results[i].length = work.steps[i].position + 1;
     for (int l = 0; l < out_layers; ++l) {
       const float* o = host_out.data() + l * out_per_layer + static_cast<size_t>(i) * qh * d;
       results[i].out.emplace_back(o, o + static_cast<size_t>(qh) * d);

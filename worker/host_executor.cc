@@ -28,8 +28,11 @@ absl::Status HostExecutor::Prefill(const PrefillWork& work) {
   TokenInputs in;
   for (int l = 0; l < ctx_.spec.num_layers; ++l) {
     FillPrefillInputs(work, ctx_, l, &in);
-    CacheWriteParams p{layout_.Layer(base_, ctx_.num_blocks, l), in.k.data(), in.v.data(),
-                       ctx_.spec.indexer ? in.index_k.data() : nullptr, work.slots.data(),
+    CacheWriteParams p{layout_.Layer(base_, ctx_.num_blocks, l),
+                       in.k.data(),
+                       in.v.data(),
+                       ctx_.spec.indexer ? in.index_k.data() : nullptr,
+                       work.slots.data(),
                        static_cast<int64_t>(work.tokens.size())};
     RETURN_IF_ERROR(CacheWriteRef(p));
   }
@@ -39,24 +42,12 @@ absl::Status HostExecutor::Prefill(const PrefillWork& work) {
 absl::StatusOr<std::vector<DecodeStepResult>> HostExecutor::Decode(const DecodeWork& work) {
   const int n = static_cast<int>(work.steps.size());
   const int qh = ctx_.model.num_q_heads, d = ctx_.spec.head_dim;
-  size_t stride = 1;
-  int32_t max_len = 1;
-  for (const DecodeStepWork& s : work.steps) {
-    Copy(s.copies);
-    stride = std::max(stride, s.block_table.size());
-    max_len = std::max(max_len, static_cast<int32_t>(s.position + 1));
-  }
-  std::vector<int32_t> tables(n * stride, 0), lens(n);
-  std::vector<int64_t> slots(n);
-  std::vector<DecodeStepResult> results(n);
-  for (int i = 0; i < n; ++i) {
-    const DecodeStepWork& s = work.steps[i];
-    std::copy(s.block_table.begin(), s.block_table.end(), tables.begin() + i * stride);
-    lens[i] = static_cast<int32_t>(s.position + 1);
-    slots[i] = s.slot;
-    results[i].sequence = s.sequence;
-    results[i].length = s.position + 1;
-  }
+  for (const DecodeStepWork& s : work.steps) Copy(s.copies);
+  const DecodeBatch batch = DecodeBatchOf(work);
+  const int32_t stride = batch.stride, max_len = batch.max_len;
+  const int32_t* tables = batch.tables.data();
+  const int32_t* lens = batch.lens.data();
+  std::vector<DecodeStepResult> results = EmptyResults(work);
   const int k = ctx_.model.topk;
   TokenInputs tokens;
   QueryInputs queries;
@@ -67,23 +58,23 @@ absl::StatusOr<std::vector<DecodeStepResult>> HostExecutor::Decode(const DecodeW
     FillDecodeTokenInputs(work, ctx_, l, &tokens);
     RETURN_IF_ERROR(CacheWriteRef(CacheWriteParams{
         cache, tokens.k.data(), tokens.v.data(),
-        ctx_.spec.indexer ? tokens.index_k.data() : nullptr, slots.data(), n}));
+        ctx_.spec.indexer ? tokens.index_k.data() : nullptr, batch.slots.data(), n}));
     FillDecodeQueryInputs(work, ctx_, l, &queries);
-    AttentionParams attn{cache,   queries.q.data(), tables.data(), static_cast<int32_t>(stride),
-                         lens.data(), out.data(),   n,             qh,
-                         DefaultSoftmaxScale(d), 0.0f, max_len, nullptr};
+    AttentionParams attn{cache, queries.q.data(),       tables, stride,  lens,   out.data(), n,
+                         qh,    DefaultSoftmaxScale(d), 0.0f,   max_len, nullptr};
     if (ctx_.spec.indexer) {
       logits.resize(static_cast<size_t>(n) * max_len);
-      RETURN_IF_ERROR(IndexerLogitsRef(IndexerLogitsParams{
-          cache, queries.index_q.data(), queries.weights.data(), tables.data(),
-          static_cast<int32_t>(stride), lens.data(), logits.data(), max_len, n, kIndexHeads}));
-      RETURN_IF_ERROR(TopkRef(TopkParams{logits.data(), lens.data(), indices.data(), max_len, n, k}));
+      RETURN_IF_ERROR(IndexerLogitsRef(
+          IndexerLogitsParams{cache, queries.index_q.data(), queries.weights.data(), tables, stride,
+                              lens, logits.data(), max_len, n, kIndexHeads}));
+      RETURN_IF_ERROR(TopkRef(TopkParams{logits.data(), lens, indices.data(), max_len, n, k}));
       RETURN_IF_ERROR(SparseDecodeRef(SparseDecodeParams{attn, indices.data(), k}));
     } else {
       RETURN_IF_ERROR(PagedDecodeRef(PagedDecodeParams{attn, 0}));
     }
-    const bool returned = work.outputs == wire::OutputLayers::ALL ||
-                          (work.outputs == wire::OutputLayers::LAST && l + 1 == ctx_.spec.num_layers);
+    const bool returned =
+        work.outputs == wire::OutputLayers::ALL ||
+        (work.outputs == wire::OutputLayers::LAST && l + 1 == ctx_.spec.num_layers);
     if (!returned) continue;
     for (int i = 0; i < n; ++i) {
       results[i].out.emplace_back(out.begin() + static_cast<size_t>(i) * qh * d,

@@ -15,6 +15,34 @@ void Append(const std::vector<T>& from, std::vector<T>* to) {
 
 }  // namespace
 
+DecodeBatch DecodeBatchOf(const DecodeWork& work) {
+  DecodeBatch b;
+  for (const DecodeStepWork& s : work.steps) {
+    b.stride = std::max(b.stride, static_cast<int32_t>(s.block_table.size()));
+    b.max_len = std::max(b.max_len, static_cast<int32_t>(s.position + 1));
+  }
+  const size_t n = work.steps.size();
+  b.tables.assign(n * b.stride, 0);
+  b.lens.resize(n);
+  b.slots.resize(n);
+  for (size_t i = 0; i < n; ++i) {
+    const DecodeStepWork& s = work.steps[i];
+    std::copy(s.block_table.begin(), s.block_table.end(), b.tables.begin() + i * b.stride);
+    b.lens[i] = static_cast<int32_t>(s.position + 1);
+    b.slots[i] = s.slot;
+  }
+  return b;
+}
+
+std::vector<DecodeStepResult> EmptyResults(const DecodeWork& work) {
+  std::vector<DecodeStepResult> results(work.steps.size());
+  for (size_t i = 0; i < results.size(); ++i) {
+    results[i].sequence = work.steps[i].sequence;
+    results[i].length = work.steps[i].position + 1;
+  }
+  return results;
+}
+
 void FillPrefillInputs(const PrefillWork& work, const JobContext& ctx, int layer,
                        TokenInputs* out) {
   const size_t n = work.tokens.size();

@@ -10,15 +10,28 @@
 namespace kvp {
 
 struct TokenInputs {
-  std::vector<Bf16> k, v;    // [tokens, kv_heads, head_dim]
-  std::vector<Bf16> index_k; // [tokens, 128]; pools with an indexer
+  std::vector<Bf16> k, v;     // [tokens, kv_heads, head_dim]
+  std::vector<Bf16> index_k;  // [tokens, 128]; pools with an indexer
 };
 
 struct QueryInputs {
-  std::vector<Bf16> q;        // [steps, q_heads, head_dim]
-  std::vector<Bf16> index_q;  // [steps, 64, 128]; pools with an indexer
-  std::vector<float> weights; // [steps, 64]
+  std::vector<Bf16> q;         // [steps, q_heads, head_dim]
+  std::vector<Bf16> index_q;   // [steps, 64, 128]; pools with an indexer
+  std::vector<float> weights;  // [steps, 64]
 };
+
+// The per-step arrays the attention kernels take, the same for every layer and both executors.
+struct DecodeBatch {
+  int32_t stride = 1;           // entries per block-table row: the longest table
+  int32_t max_len = 1;          // the longest sequence after its step
+  std::vector<int32_t> tables;  // [steps, stride]; short rows padded with block 0, never read
+  std::vector<int32_t> lens;    // [steps]: tokens after the step
+  std::vector<int64_t> slots;   // [steps]: where each step's new token goes
+};
+DecodeBatch DecodeBatchOf(const DecodeWork& work);
+
+// One result per step with its sequence and new length; outputs still empty.
+std::vector<DecodeStepResult> EmptyResults(const DecodeWork& work);
 
 // Layer `layer` of a prefill's tokens.
 void FillPrefillInputs(const PrefillWork& work, const JobContext& ctx, int layer, TokenInputs* out);
