@@ -47,6 +47,14 @@ void SetCopies(const std::vector<std::pair<BlockId, BlockId>>& copies,
   }
 }
 
+absl::Status CheckTokenCount(size_t n, const char* what) {
+  if (n == 0 || n > kMaxPrefillTokens) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " needs 1 to ", kMaxPrefillTokens, " tokens, got ", n));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status CheckCapabilities(wire::Capabilities::Reader caps, const PoolSpec& spec) {
   std::vector<KvFormat> needed = {spec.k_format, spec.v_format};
   if (spec.indexer) needed.push_back(KvFormat::kIndexer);
@@ -144,27 +152,18 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
                                    wire::PrefillRequest::Reader r, Outbox& out) {
   if (draining_) return absl::UnavailableError("kvpoold is draining; retry on another instance");
   const SeqId seq = r.getSequence();
-  const auto tokens_in = r.getTokens();
-  if (tokens_in.size() == 0 || tokens_in.size() > kMaxPrefillTokens) {
-    return absl::InvalidArgumentError(absl::StrCat("a prefill needs 1 to ", kMaxPrefillTokens,
-                                                   " tokens, got ", tokens_in.size()));
-  }
-  const PoolSpec& spec = pool_->layout().spec();
+  RETURN_IF_ERROR(CheckTokenCount(r.getTokens().size(), "a prefill"));
   if (r.hasActivations()) {
-    RETURN_IF_ERROR(CheckActivations(r.getActivations(), spec, tokens_in.size()));
+    RETURN_IF_ERROR(
+        CheckActivations(r.getActivations(), pool_->layout().spec(), r.getTokens().size()));
   }
   if (!HasWorker(Role::kPrefill)) return absl::UnavailableError("no prefill worker is registered");
-  if (busy_.contains(seq)) {
-    return absl::FailedPreconditionError(absl::StrCat("sequence ", seq, " has a job in flight"));
-  }
-  const LeaseId lease = ClientLease(from);
-  const std::vector<int32_t> tokens = ListToVector<int32_t>(tokens_in);
+  const std::vector<int32_t> tokens = ListToVector<int32_t>(r.getTokens());
   SequenceTable& sequences = pool_->sequences();
   const int64_t length_before = sequences.Contains(seq) ? *sequences.Length(seq) : 0;
-  ASSIGN_OR_RETURN(AppendPlan plan, sequences.Append(seq, lease, tokens));
+  ASSIGN_OR_RETURN(AppendPlan plan, PlanAppend(from, seq, tokens));
+  const LeaseId lease = *sequences.Owner(seq);  // the client's, as PlanAppend found it
   const int32_t hits = plan.prefix_hit_tokens;
-  metrics_.prefix_hit_tokens += hits;
-  metrics_.prefix_hit_blocks += hits / spec.block_size;
   if (plan.slots.empty()) {  // every token was a prefix hit
     RETURN_IF_ERROR(sequences.Commit(seq));
     EnvelopeBuilder reply(id);
@@ -270,19 +269,8 @@ absl::Status Broker::HandleAppend(const std::string& from, uint64_t id,
                                   wire::AppendRequest::Reader r, Outbox& out) {
   if (draining_) return absl::UnavailableError("kvpoold is draining; retry on another instance");
   const SeqId seq = r.getSequence();
-  const auto tokens_in = r.getTokens();
-  if (tokens_in.size() == 0 || tokens_in.size() > kMaxPrefillTokens) {
-    return absl::InvalidArgumentError(absl::StrCat("an append needs 1 to ", kMaxPrefillTokens,
-                                                   " tokens, got ", tokens_in.size()));
-  }
-  if (busy_.contains(seq)) {
-    return absl::FailedPreconditionError(absl::StrCat("sequence ", seq, " has a job in flight"));
-  }
-  const LeaseId lease = ClientLease(from);
-  const std::vector<int32_t> tokens = ListToVector<int32_t>(tokens_in);
-  ASSIGN_OR_RETURN(AppendPlan plan, pool_->sequences().Append(seq, lease, tokens));
-  metrics_.prefix_hit_tokens += plan.prefix_hit_tokens;
-  metrics_.prefix_hit_blocks += plan.prefix_hit_tokens / pool_->layout().spec().block_size;
+  RETURN_IF_ERROR(CheckTokenCount(r.getTokens().size(), "an append"));
+  ASSIGN_OR_RETURN(AppendPlan plan, PlanAppend(from, seq, ListToVector<int32_t>(r.getTokens())));
   EnvelopeBuilder reply(id);
   auto a = reply.envelope().getBody().initAppendReply();
   a.setPrefixHitTokens(plan.prefix_hit_tokens);
@@ -292,6 +280,17 @@ absl::Status Broker::HandleAppend(const std::string& from, uint64_t id,
   FillList(a.initBlockTable(blocks.size()), blocks);
   Reply(out, from, std::move(reply));
   return absl::OkStatus();
+}
+
+absl::StatusOr<AppendPlan> Broker::PlanAppend(const std::string& from, SeqId seq,
+                                               const std::vector<int32_t>& tokens) {
+  if (busy_.contains(seq)) {
+    return absl::FailedPreconditionError(absl::StrCat("sequence ", seq, " has a job in flight"));
+  }
+  ASSIGN_OR_RETURN(AppendPlan plan, pool_->sequences().Append(seq, ClientLease(from), tokens));
+  metrics_.prefix_hit_tokens += plan.prefix_hit_tokens;
+  metrics_.prefix_hit_blocks += plan.prefix_hit_tokens / pool_->layout().spec().block_size;
+  return plan;
 }
 
 absl::Status Broker::HandleCommit(const std::string& from, uint64_t id, SeqId seq, bool commit,

@@ -124,6 +124,10 @@ class Broker {
   void ReplyStats(const std::string& from, uint64_t id, Outbox& out);
   void ReplyHealth(const std::string& from, uint64_t id, Outbox& out);
 
+  // Plans appending `tokens` to `seq` for client `from` (prefill and engine append): refused
+  // while a job writes the sequence; counts prefix hits.
+  absl::StatusOr<AppendPlan> PlanAppend(const std::string& from, SeqId seq,
+                                        const std::vector<int32_t>& tokens);
   // The caller's lease, granted on first use and renewed by every request.
   LeaseId ClientLease(const std::string& identity);
   // OK when `seq` exists, belongs to `lease` and has no job in flight.
