@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "base/status_macros.h"
 #include "bench/gpu_pool.h"
 #include "bench/gpu_timer.h"
@@ -457,7 +458,19 @@ class Bench {
 
 }  // namespace
 
-absl::StatusOr<KernelReport> RunKernelBench(bool quick) {
+absl::StatusOr<KernelReport> RunKernelBench(const KernelBenchOptions& options) {
+  for (const std::string& name : options.only) {
+    if (std::find(std::begin(kKernelBenchSections), std::end(kKernelBenchSections), name) ==
+        std::end(kKernelBenchSections)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "no kernel bench section '", name, "'; sections: ",
+          absl::StrJoin(kKernelBenchSections, ",")));
+    }
+  }
+  auto wanted = [&](const char* section) {
+    return options.only.empty() ||
+           std::find(options.only.begin(), options.only.end(), section) != options.only.end();
+  };
   KernelReport report;
   cudaDeviceProp prop;
   KVP_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, 0));
@@ -466,13 +479,13 @@ absl::StatusOr<KernelReport> RunKernelBench(bool quick) {
   KVP_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   Progress(absl::StrCat("device ", report.device, ", measuring copy bandwidth"));
   ASSIGN_OR_RETURN(report.copy_tbps, MeasureCopyTbps(stream));
-  Bench bench(stream, quick);
-  RETURN_IF_ERROR(bench.DenseDecode(report));
-  RETURN_IF_ERROR(bench.SparseV(report));
-  RETURN_IF_ERROR(bench.IndexerTopkSparse(report));
-  RETURN_IF_ERROR(bench.BatchedIndexerAndSparse(report));
-  RETURN_IF_ERROR(bench.CacheWrite(report));
-  RETURN_IF_ERROR(bench.BlockCopy(report));
+  Bench bench(stream, options.quick);
+  if (wanted("dense")) RETURN_IF_ERROR(bench.DenseDecode(report));
+  if (wanted("sparse_v")) RETURN_IF_ERROR(bench.SparseV(report));
+  if (wanted("layer")) RETURN_IF_ERROR(bench.IndexerTopkSparse(report));
+  if (wanted("batched")) RETURN_IF_ERROR(bench.BatchedIndexerAndSparse(report));
+  if (wanted("cache_write")) RETURN_IF_ERROR(bench.CacheWrite(report));
+  if (wanted("block_copy")) RETURN_IF_ERROR(bench.BlockCopy(report));
   cudaStreamDestroy(stream);
   return report;
 }

@@ -26,8 +26,17 @@ struct KernelReport {
   std::vector<KernelRow> rows;
 };
 
-// `quick` shrinks the shapes for a smoke run.
-absl::StatusOr<KernelReport> RunKernelBench(bool quick);
+// The groups of measurements, in the order they run.
+inline constexpr const char* kKernelBenchSections[] = {"dense",   "sparse_v",    "layer",
+                                                       "batched", "cache_write", "block_copy"};
+
+struct KernelBenchOptions {
+  bool quick = false;                // shrinks the shapes for a smoke run
+  std::vector<std::string> only;     // sections to run (kKernelBenchSections); empty = all
+};
+
+// Fails with INVALID_ARGUMENT for a section name it does not know.
+absl::StatusOr<KernelReport> RunKernelBench(const KernelBenchOptions& options);
 
 std::string KernelJson(const KernelReport& report, const std::string& date);
 std::string KernelTable(const KernelReport& report);

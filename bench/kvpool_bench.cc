@@ -4,7 +4,7 @@
 //   kvpool-bench accuracy [--seqs=N] [--context=T] [--seed=S] [--json=PATH]
 //   kvpool-bench pool [--json=PATH]
 //   kvpool-bench broker [--json=PATH]
-//   kvpool-bench kernels [--quick] [--json=PATH]                (CUDA builds, on a GPU)
+//   kvpool-bench kernels [--quick] [--only=S,...] [--json=PATH] (CUDA builds, on a GPU)
 //   kvpool-bench attach [--gib=N] [--chunk-gib=C] [--json=PATH]  (CUDA builds, on a GPU)
 #include <unistd.h>
 
@@ -40,7 +40,7 @@ constexpr char kUsage[] =
     "usage: kvpool-bench accuracy [--seqs=N] [--context=T] [--seed=S] [--json=PATH]\n"
     "       kvpool-bench pool [--json=PATH]\n"
     "       kvpool-bench broker [--json=PATH]\n"
-    "       kvpool-bench kernels [--quick] [--json=PATH]\n"
+    "       kvpool-bench kernels [--quick] [--only=SECTION,...] [--json=PATH]\n"
     "       kvpool-bench attach [--gib=64] [--chunk-gib=1] [--json=PATH]\n"
     "\n"
     "  accuracy  attention output error of fp8_e4m3 K and TurboNV V against bf16 K/V on\n"
@@ -48,7 +48,8 @@ constexpr char kUsage[] =
     "  pool      block operations per second of the pool's bookkeeping on one core\n"
     "  broker    kvpoold's own time per decode step (batch 64, 32k context), no sockets\n"
     "  kernels   every CUDA kernel timed on the GPU: median time, bytes, TB/s and the fraction\n"
-    "            of the device-to-device copy bandwidth measured in the same run\n"
+    "            of the device-to-device copy bandwidth measured in the same run; --only picks\n"
+    "            sections: dense, sparse_v, layer, batched, cache_write, block_copy\n"
     "  attach    time another process takes to attach a cuda arena of N GiB\n";
 
 // --name=value and --name (value "") arguments of one subcommand.
@@ -152,7 +153,10 @@ int Broker(const Flags& flags) {
 #if defined(KVP_HAVE_CUDA)
 int Kernels(const Flags& flags) {
   using Report = kvp::bench::KernelReport;
-  return Finish<Report>(kvp::bench::RunKernelBench(flags.Has("quick")), flags,
+  kvp::bench::KernelBenchOptions options;
+  options.quick = flags.Has("quick");
+  if (flags.Has("only")) options.only = absl::StrSplit(flags.String("only"), ',');
+  return Finish<Report>(kvp::bench::RunKernelBench(options), flags,
                         kvp::bench::KernelTable,
                         [](const Report& r) { return kvp::bench::KernelJson(r, kvp::TodayUtc()); });
 }
@@ -194,7 +198,7 @@ int main(int argc, char** argv) {
   if (command == "pool") return run({"json"}, Pool);
   if (command == "broker") return run({"json"}, Broker);
 #if defined(KVP_HAVE_CUDA)
-  if (command == "kernels") return run({"quick", "json"}, Kernels);
+  if (command == "kernels") return run({"quick", "only", "json"}, Kernels);
   if (command == "attach") {
     return run({"gib", "chunk-gib", "json"}, [&](const Flags& f) { return Attach(argv[0], f); });
   }
