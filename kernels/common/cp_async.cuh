@@ -16,6 +16,23 @@ __device__ __forceinline__ void Copy(void* smem, const void* gmem, int bytes_val
   }
 }
 
+// Copies kSize bytes (4, 8 or 16), or fills the destination with zeros when `valid` is false.
+template <int kSize>
+__device__ __forceinline__ void CopyOrZero(void* smem, const void* gmem, bool valid) {
+  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  if constexpr (kSize == 16) {
+    asm volatile(
+        "{\n .reg .pred skip;\n setp.eq.u32 skip, %2, 0;\n"
+        " cp.async.cg.shared.global [%0], [%1], 16, skip;\n}\n" ::"r"(dst),
+        "l"(gmem), "r"(static_cast<unsigned>(valid)));
+  } else {
+    asm volatile(
+        "{\n .reg .pred skip;\n setp.eq.u32 skip, %3, 0;\n"
+        " cp.async.ca.shared.global [%0], [%1], %2, skip;\n}\n" ::"r"(dst),
+        "l"(gmem), "n"(kSize), "r"(static_cast<unsigned>(valid)));
+  }
+}
+
 __device__ __forceinline__ void Commit() { asm volatile("cp.async.commit_group;\n"); }
 
 // Waits until at most kPending of this thread's committed groups are still in flight.

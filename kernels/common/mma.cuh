@@ -15,7 +15,7 @@
 namespace kvp::mma {
 
 __device__ __forceinline__ void MmaF16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -27,6 +27,23 @@ __device__ __forceinline__ uint32_t E4m3x2ToHalf2(uint32_t two_bytes) {
   const __half2_raw h =
       __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_bytes), __NV_E4M3);
   return uint32_t{h.x} | (uint32_t{h.y} << 16);
+}
+
+// Four E4M3 bytes to two f16 pairs, exactly: bytes 0, 1 -> *lo; bytes 2, 3 -> *hi. The hardware
+// converter reads either half of a register, so no shift is needed for the upper pair.
+__device__ __forceinline__ void E4m3x4ToHalf2x2(uint32_t four_bytes, uint32_t* lo, uint32_t* hi) {
+  asm("{\n .reg .b16 l, h;\n mov.b32 {l, h}, %2;\n cvt.rn.f16x2.e4m3x2 %0, l;\n"
+      " cvt.rn.f16x2.e4m3x2 %1, h;\n}\n"
+      : "=r"(*lo), "=r"(*hi)
+      : "r"(four_bytes));
+}
+
+// Transposes an 8x8 matrix of 16-bit elements held as one C-style fragment (lane l: row l / 4,
+// columns 2(l % 4), 2(l % 4) + 1): afterwards lane l holds row l / 4 of the transpose.
+__device__ __forceinline__ uint32_t Transpose8x8(uint32_t x) {
+  uint32_t y;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
 }
 
 __device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {

@@ -12,7 +12,7 @@ int Positions(const PagedDecodeParams& p) {
 }  // namespace
 
 size_t PagedDecodeWorkspaceBytes(const PagedDecodeParams& p) {
-  return attention::AttentionWorkspaceBytes(p.attn, Positions(p));
+  return attention::AttentionWorkspaceBytes<false>(p.attn, Positions(p));
 }
 
 LaunchStatus PagedDecodeLaunch(const PagedDecodeParams& p, void* workspace, size_t workspace_bytes,

@@ -4,7 +4,7 @@
 namespace kvp {
 
 size_t SparseDecodeWorkspaceBytes(const SparseDecodeParams& p) {
-  return attention::AttentionWorkspaceBytes(p.attn, p.topk);
+  return attention::AttentionWorkspaceBytes<true>(p.attn, p.topk);
 }
 
 LaunchStatus SparseDecodeLaunch(const SparseDecodeParams& p, void* workspace,

@@ -1,0 +1,172 @@
+// The attention kernel for few q heads per kv head (at most 8: GQA as in Llama, Qwen, Mistral):
+// the q heads are the 8 columns of the mma fragments and the positions are the rows, so a
+// kv head's 4 heads waste half of an 8-wide fragment instead of three quarters of a 16-high one.
+//
+// Per 16-position tile a warp computes Sᵀ = K·Qᵀ (one m16n8k16 per 16 dims: thread t reads 32
+// contiguous K bytes of positions g and g + 8 into A fragments, Q sits in B fragments for the
+// whole kernel), the online softmax down the columns of Sᵀ, and Oᵀ += Vᵀ·Pᵀ: Pᵀ's B fragments
+// are Sᵀ's C fragments transposed in registers (movmatrix), Vᵀ's A fragments are decoded exactly
+// like the B fragments of the other kernel (thread g: dims [g·D/8, (g+1)·D/8) of 4 positions).
+// Half the mma instructions and half the accumulators of the 16-row layout, so more warps fit.
+#pragma once
+
+#include "kernels/common/attention_pipeline.cuh"
+
+namespace kvp::attention {
+
+inline constexpr int kMaxColumnHeads = 8;
+
+inline Plan HeadsAsColumnsPlan() { return Plan{}; }  // one head tile, one CTA per kv head
+
+// Five CTAs (20 warps) per SM for D <= 128: at most 102 registers, and 5 x 41 KB of shared memory.
+template <int kHeadDim, int kVBits, bool kSparse>
+__global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 5)
+    HeadsAsColumnsKernel(AttentionParams p, PositionSource src, Plan plan, float* parts) {
+  using St = Stage<kHeadDim, kVBits>;
+  constexpr int kSteps = kHeadDim / 16;  // k-steps of K·Qᵀ, and m-tiles of Vᵀ·Pᵀ
+  extern __shared__ __align__(16) uint8_t smem[];
+  __half2* pair_levels = reinterpret_cast<__half2*>(smem + kPairLevelsOffset<kHeadDim, kVBits>);
+  FillPairLevels<kVBits>(pair_levels);
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const int split = blockIdx.x, kv_head = blockIdx.y, seq = blockIdx.z;
+  const int group = p.num_q_heads / p.cache.num_kv_heads;
+  const int64_t first_q_head = int64_t{seq} * p.num_q_heads + kv_head * group;
+
+  // Qᵀ as B fragments: column g is head g, k-step s takes dims t·D/4 + 4s .. + 3 (mma.cuh).
+  uint32_t qb[kSteps][2];
+  {
+    const uint16_t* q = reinterpret_cast<const uint16_t*>(p.q) + (first_q_head + g) * kHeadDim;
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      qb[s][0] = qb[s][1] = 0u;
+      if (g < group) mma::Bf16x4ToHalf2x2(q + t * (kHeadDim / 4) + 4 * s, &qb[s][0], &qb[s][1]);
+    }
+  }
+  const float qk_scale = p.softmax_scale * p.cache.k_codec.scale * kLog2e;
+  const float tau = p.sparse_v_threshold;
+  const float v_scale = p.cache.v_codec.scale;
+  const bool real[2] = {2 * t < group, 2 * t + 1 < group};  // heads 2t, 2t + 1
+
+  float m[2] = {-INFINITY, -INFINITY};  // running max (log2 units) of heads 2t, 2t + 1
+  float l[2] = {0.0f, 0.0f};            // this thread's share of their running sums
+  // Oᵀ: m-tile j, row g is dim g·D/8 + 2j, row g + 8 is dim g·D/8 + 2j + 1; columns 2t, 2t + 1.
+  float acc[kSteps][4];
+#pragma unroll
+  for (int j = 0; j < kSteps; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+
+  ChunkStream<kHeadDim, kVBits, kSparse> stream(p, src, plan.splits, split, seq, kv_head, smem);
+  stream.ForEach([&](const St& st) {
+    const int base = warp * kTile;
+    // Sᵀ = K·Qᵀ: rows are positions base + g and base + g + 8. Two accumulators (even and odd
+    // k-steps) halve the dependent mma chain.
+    float s_acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint8_t* row0 = st.k + (base + g) * St::kKRow + t * (kHeadDim / 4);
+    const uint8_t* row1 = row0 + 8 * St::kKRow;
+#pragma unroll
+    for (int s = 0; s < kSteps; s += 4) {
+      const uint4 w0 = *reinterpret_cast<const uint4*>(row0 + 4 * s);
+      const uint4 w1 = *reinterpret_cast<const uint4*>(row1 + 4 * s);
+      const uint32_t k0[4] = {w0.x, w0.y, w0.z, w0.w}, k1[4] = {w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        uint32_t a[4];  // (position g, dims 2t..), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)
+        mma::E4m3x4ToHalf2x2(k0[q], &a[0], &a[2]);
+        mma::E4m3x4ToHalf2x2(k1[q], &a[1], &a[3]);
+        mma::MmaF16(q % 2 ? s_odd : s_acc, a, qb[s + q][0], qb[s + q][1]);
+      }
+    }
+    // Online softmax down the columns: c0, c1 = (position g, heads 2t, 2t + 1); c2, c3 = g + 8.
+    const bool valid0 = st.pos[base + g] >= 0, valid1 = st.pos[base + g + 8] >= 0;
+    float sc[4];
+    sc[0] = valid0 ? (s_acc[0] + s_odd[0]) * qk_scale : -INFINITY;
+    sc[1] = valid0 ? (s_acc[1] + s_odd[1]) * qk_scale : -INFINITY;
+    sc[2] = valid1 ? (s_acc[2] + s_odd[2]) * qk_scale : -INFINITY;
+    sc[3] = valid1 ? (s_acc[3] + s_odd[3]) * qk_scale : -INFINITY;
+    float factor[2], m_use[2];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float tile_max = fmaxf(sc[h], sc[h + 2]);
+#pragma unroll
+      for (int offset = 4; offset < 32; offset *= 2)
+        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, offset));
+      const float m_new = fmaxf(m[h], tile_max);
+      m_use[h] = m_new == -INFINITY ? 0.0f : m_new;
+      factor[h] = Exp2Ftz(m[h] - m_use[h]);
+      m[h] = m_new;
+    }
+    float pr[4];
+    bool needed = false;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      pr[i] = Exp2Ftz(sc[i] - m_use[i % 2]);
+      needed |= real[i % 2] && pr[i] > tau;
+    }
+    l[0] = l[0] * factor[0] + pr[0] + pr[2];
+    l[1] = l[1] * factor[1] + pr[1] + pr[3];
+    // The running max settles quickly: rescale only when some head's max moved.
+    if (__any_sync(0xFFFFFFFFu, factor[0] != 1.0f || factor[1] != 1.0f)) {
+#pragma unroll
+      for (int j = 0; j < kSteps; ++j) {
+        acc[j][0] *= factor[0];
+        acc[j][1] *= factor[1];
+        acc[j][2] *= factor[0];
+        acc[j][3] *= factor[1];
+      }
+    }
+    // Sparse-V: a tile whose every weight (of real heads) is <= τ adds no V; τ = 0 never skips.
+    if (tau > 0.0f && !__any_sync(0xFFFFFFFFu, needed)) {
+      if (p.skipped_tiles != nullptr && lane == 0) atomicAdd(p.skipped_tiles, 1u);
+      return;
+    }
+    // Pᵀ: b0 = (positions 2t, 2t + 1; head g), b1 = (positions 2t + 8, 2t + 9; head g).
+    const uint32_t pb0 = mma::Transpose8x8(mma::PackHalf2(pr[0], pr[1]));
+    const uint32_t pb1 = mma::Transpose8x8(mma::PackHalf2(pr[2], pr[3]));
+    // Vᵀ of positions 2t, 2t + 1 (k = 0, 1) and 2t + 8, 2t + 9 (k = 8, 9), dims [g·D/8, (g+1)·D/8).
+    uint32_t v[2][kHeadDim / 8];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int i = base + half * 8 + 2 * t;
+      DecodeValuePair<kHeadDim, kVBits>(st.v + i * St::kVRow, st.s + i * St::kSRow, St::kVRow,
+                                        St::kSRow, v_scale, g, pair_levels, v[half]);
+    }
+#pragma unroll
+    for (int j = 0; j < kSteps; ++j) {
+      const uint32_t a[4] = {v[0][2 * j], v[0][2 * j + 1], v[1][2 * j], v[1][2 * j + 1]};
+      mma::MmaF16(acc[j], a, pb0, pb1);
+    }
+  });
+
+  // Finish the sums down the columns, then merge the 4 warps through shared memory (the stages
+  // are free now) into one part per CTA.
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+#pragma unroll
+    for (int offset = 4; offset < 32; offset *= 2)
+      l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], offset);
+  }
+  constexpr int kRow = kRowFloats<kHeadDim>;
+  static_assert(kWarps * kMaxColumnHeads * kRow * 4 <= kStages * St::kBytes,
+                "merge area exceeds the stages");
+  float* merge = reinterpret_cast<float*>(smem);  // [warp][head 0..7][kRow]
+  __syncthreads();
+#pragma unroll
+  for (int h = 0; h < 2; ++h) {
+    float* row = merge + (warp * kMaxColumnHeads + 2 * t + h) * kRow;
+    if (g == 0) {
+      row[0] = m[h];
+      row[1] = l[h];
+    }
+#pragma unroll
+    for (int j = 0; j < kSteps; ++j) {
+      row[2 + g * (kHeadDim / 8) + 2 * j] = acc[j][h];
+      row[2 + g * (kHeadDim / 8) + 2 * j + 1] = acc[j][2 + h];
+    }
+  }
+  __syncthreads();
+  WriteParts<kHeadDim, kMaxColumnHeads>(merge, 1, kWarps, 0, group, parts, first_q_head,
+                                        plan.parts(), split);
+}
+
+}  // namespace kvp::attention

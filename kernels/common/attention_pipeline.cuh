@@ -1,0 +1,403 @@
+// What the two attention kernels of attention_kernel.cuh share: how the positions of a layer are
+// cut into CTAs, how a CTA streams them through shared memory, how TurboNV V becomes tensor-core
+// fragments, and how a CTA's warps merge into one partial result.
+//
+// A CTA takes (sequence, kv head, a group of q heads, split of the positions). All its threads
+// stage 64 positions at a time (K, V codes, V scales) into shared memory with cp.async, three
+// stages deep (positions and block ids are loaded an iteration ahead, so a copy never waits on a
+// dependent load of the block table or of the top-k indices).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/attention_params.h"
+#include "kernels/common/cp_async.cuh"
+#include "kernels/common/mma.cuh"
+#include "kvpool/format/turbo_codebook.h"
+
+namespace kvp::attention {
+
+inline constexpr int kWarps = 4;
+inline constexpr int kTile = 16;               // positions one warp takes at a time
+inline constexpr int kChunk = kWarps * kTile;  // positions staged in shared memory per step
+inline constexpr int kStages = 3;              // cp.async pipeline depth
+inline constexpr float kLog2e = 1.4426950408889634f;
+
+// 2^x for softmax weights (x <= 0 in practice): one MUFU.EX2, results below 2^-126 flush to 0
+// (exp2f adds a range check and two multiplies per call to keep them).
+__device__ __forceinline__ float Exp2Ftz(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Where a CTA's positions come from.
+struct PositionSource {
+  const int32_t* indices = nullptr;  // sparse: [num_seqs, topk]; null for dense
+  int32_t topk = 0;
+  int32_t window = 0;  // dense only
+};
+
+// How the work is cut. A CTA covers `tiles_per_cta` head tiles of one kv head (a head tile is
+// the q heads one warp's mma fragments hold); its warps split into head tiles
+// (warp / warps_per_head_tile) and, within one, take every warps_per_head_tile-th 16-position tile
+// of each staged chunk.
+struct Plan {
+  int head_tiles = 1;     // head tiles per kv head
+  int tiles_per_cta = 1;  // head tiles one CTA covers: 1, 2 or 4
+  int splits = 1;         // CTAs along the positions
+  KVP_HD int warps_per_head_tile() const { return kWarps / tiles_per_cta; }
+  KVP_HD int ctas_per_kv_head() const { return (head_tiles + tiles_per_cta - 1) / tiles_per_cta; }
+  KVP_HD int parts() const { return splits; }  // the warps of a head tile merge in the CTA
+};
+
+// Partial results: [num_seqs, num_q_heads, parts, D + 2] floats = (max in log2 units, sum, acc[D]).
+inline size_t PartialBytes(const AttentionParams& p, const Plan& plan) {
+  return size_t(p.num_seqs) * p.num_q_heads * plan.parts() * (p.cache.head_dim + 2) * sizeof(float);
+}
+
+// Picks the splits so that the CTAs fill the GPU's resident slots in whole waves: the time is
+// about waves × (chunks per split + a fixed cost per CTA), and a last wave that is mostly empty
+// costs as much as a full one.
+inline int ChooseSplits(int base_ctas, int chunks, int resident_slots) {
+  if (base_ctas <= 0 || chunks <= 1) return 1;
+  constexpr int kCtaCostInChunks = 2;  // pipeline fill, Q load and merge
+  const int max_splits = chunks < 4 * resident_slots ? chunks : 4 * resident_slots;
+  int best = 1;
+  int64_t best_cost = INT64_MAX;
+  for (int s = 1; s <= max_splits; ++s) {
+    const int64_t ctas = int64_t{s} * base_ctas;
+    const int64_t waves = (ctas + resident_slots - 1) / resident_slots;
+    const int64_t cost = waves * ((chunks + s - 1) / s + kCtaCostInChunks);
+    if (cost < best_cost) {
+      best_cost = cost;
+      best = s;
+    }
+    if (ctas >= 4 * int64_t{resident_slots}) break;
+  }
+  return best;
+}
+
+// Shared-memory layout of one pipeline stage: K rows padded by 16 bytes (conflict-free 16-byte
+// reads), V code rows, V scale rows. What the consumer gets: those, and each staged position
+// (-1 = masked).
+template <int kHeadDim, int kVBits>
+struct Stage {
+  static constexpr int kKRow = kHeadDim + 16;
+  static constexpr int kVRow = kHeadDim * kVBits / 8;
+  static constexpr int kSRow = kHeadDim / 16;
+  static constexpr int kKBytes = kChunk * kKRow;
+  static constexpr int kVBytes = kChunk * kVRow;
+  static constexpr int kSBytes = kChunk * kSRow;
+  static constexpr int kBytes = kKBytes + kVBytes + kSBytes;
+  static_assert(kKBytes % 16 == 0 && kVBytes % 16 == 0 && kSBytes % 16 == 0);
+
+  const uint8_t* k;    // [kChunk][kKRow]
+  const uint8_t* v;    // [kChunk][kVRow]
+  const uint8_t* s;    // [kChunk][kSRow]
+  const int32_t* pos;  // [kChunk]: >= 0 for a real position, -1 for a masked one
+};
+
+// The rows of the chunks being staged: per position its slot in its block (-1 = masked) and the
+// address of its K row. A ring one longer than the stages, so the slot written for a future chunk
+// is never one that a warp may still read.
+inline constexpr int kMetaSlots = kStages + 1;
+inline constexpr int kMetaSlotBytes = kChunk * (4 + 8);  // int32 slot[kChunk], K row[kChunk]
+inline constexpr int kMetaBytes = kMetaSlots * kMetaSlotBytes;
+
+// The stages, the position ring, then the f16 level pairs of the codebook.
+template <int kHeadDim, int kVBits>
+inline constexpr int kPairLevelsOffset = kStages * Stage<kHeadDim, kVBits>::kBytes + kMetaBytes;
+template <int kHeadDim, int kVBits>
+inline constexpr int kSharedBytes = kPairLevelsOffset<kHeadDim, kVBits> + (4 << (2 * kVBits));
+
+// `pair_levels[c0 | c1 << N]` = (level c0, level c1) as f16: fills it with the CTA's threads.
+template <int kVBits>
+__device__ __forceinline__ void FillPairLevels(__half2* pair_levels) {
+  for (int e = threadIdx.x; e < (1 << (2 * kVBits)); e += blockDim.x) {
+    pair_levels[e] = __floats2half2_rn(TurboLevel<kVBits>(e & ((1 << kVBits) - 1)),
+                                       TurboLevel<kVBits>(e >> kVBits));
+  }
+}
+
+// The byte offset of a pair-table entry whose index is the `kBits`-bit field of x at bit `at`.
+template <int kBits>
+__device__ __forceinline__ uint32_t FieldByteOffset(uint64_t x, int at) {
+  const uint32_t moved = at >= 2 ? static_cast<uint32_t>(x >> (at - 2)) : static_cast<uint32_t>(x) << 2;
+  return moved & (((1u << kBits) - 1u) << 2);
+}
+
+// A B fragment's worth of V: dims [g·D/8, (g+1)·D/8) of two consecutive staged positions
+// (rotated domain), as f16 pairs (first position in the low half); out[i] is dim g·D/8 + i.
+// D = 128: TurboNV group g; D = 256: groups 2g, 2g + 1; D = 64: half of group g / 2. Masked
+// positions were staged as zeros: scale 0, values 0.
+//
+// A pair costs one shift and one mask (its index), one table read and one f16x2 multiply by the
+// two scales: the two positions' code streams a, b are first interleaved into the indices
+// (code_a | code_b << N) of the even codes (`even`) and of the odd codes (`odd`), four bit
+// operations per group instead of four per pair.
+template <int kHeadDim, int kVBits>
+__device__ __forceinline__ void DecodeValuePair(const uint8_t* vdata0, const uint8_t* vscale0,
+                                                int v_row, int s_row, float v_scale, int g,
+                                                const __half2* pair_levels, uint32_t* out) {
+  constexpr int kDims = kHeadDim / 8;
+  constexpr int kGroups = kDims >= 16 ? kDims / 16 : 1;
+  constexpr int kPerGroup = kDims >= 16 ? 16 : kDims;
+  // Bits [2N·j, 2N·j + N) of every 2N-bit field: where code 2j sits in a code stream.
+  constexpr uint64_t kLow = [] {
+    uint64_t m = 0;
+    for (int j = 0; j < 8; ++j) m |= uint64_t{(1u << kVBits) - 1u} << (2 * kVBits * j);
+    return m;
+  }();
+  const uint8_t* table = reinterpret_cast<const uint8_t*>(pair_levels);
+#pragma unroll
+  for (int q = 0; q < kGroups; ++q) {
+    const int grp = kDims >= 16 ? g * kGroups + q : g / 2;
+    const int first_elem = kDims >= 16 ? 0 : (g % 2) * kDims;
+    uint64_t bits[2];
+    float scale[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+      const uint8_t* bytes = vdata0 + k * v_row + grp * kTurboGroupBytes<kVBits>;
+      if constexpr (kVBits == 2) {
+        bits[k] = *reinterpret_cast<const uint32_t*>(bytes);
+      } else if constexpr (kVBits == 3) {
+        const uint16_t* h16 = reinterpret_cast<const uint16_t*>(bytes);
+        bits[k] = uint64_t{h16[0]} | (uint64_t{h16[1]} << 16) | (uint64_t{h16[2]} << 32);
+      } else {
+        bits[k] = *reinterpret_cast<const uint64_t*>(bytes);
+      }
+      const __half_raw sh = __nv_cvt_fp8_to_halfraw(vscale0[k * s_row + grp], __NV_E4M3);
+      scale[k] = __half2float(__half(sh)) * v_scale;
+    }
+    const __half2 scales = __floats2half2_rn(scale[0], scale[1]);
+    if (first_elem != 0) {
+      bits[0] >>= kVBits * first_elem;
+      bits[1] >>= kVBits * first_elem;
+    }
+    const uint64_t even = (bits[0] & kLow) | ((bits[1] << kVBits) & ~kLow);
+    const uint64_t odd = ((bits[0] >> kVBits) & kLow) | (bits[1] & ~kLow);
+#pragma unroll
+    for (int i = 0; i < kPerGroup; ++i) {
+      const uint32_t offset = FieldByteOffset<2 * kVBits>(i % 2 ? odd : even, 2 * kVBits * (i / 2));
+      const __half2 v =
+          __hmul2(*reinterpret_cast<const __half2*>(table + offset), scales);
+      out[q * 16 + i] = *reinterpret_cast<const uint32_t*>(&v);
+    }
+  }
+}
+
+// The positions of one CTA and their trip through the pipeline. A chunk's positions, then its
+// block ids, are loaded during the chunks before (kept in registers, written to the ring once they
+// have arrived), so a copy never waits on a dependent load of the block table or of the top-k
+// indices.
+// Consecutive threads copy consecutive pieces of a row, so one warp-wide copy covers whole
+// 128-byte lines (one L2 request each) rather than a sector of 16 different lines. Block sizes are
+// powers of two (PoolSpec), so a slot is a mask.
+template <int kHeadDim, int kVBits, bool kSparse>
+class ChunkStream {
+ public:
+  using St = Stage<kHeadDim, kVBits>;
+  static constexpr int kThreads = kWarps * 32;
+  static_assert(kChunk <= kThreads, "one thread per position loads the chunk's positions");
+
+  __device__ ChunkStream(const AttentionParams& p, const PositionSource& src, int splits,
+                         int split, int seq, int kv_head, uint8_t* smem)
+      : src_(src),
+        table_(p.block_tables + int64_t{seq} * p.block_table_stride),
+        base_(p.cache.base),
+        block_stride_(p.cache.block_stride),
+        seq_(seq),
+        smem_(smem) {
+    const LayerCache& c = p.cache;
+    block_shift_ = __ffs(c.block_size) - 1;
+    k_token_ = c.num_kv_heads * c.k_head_bytes;
+    v_token_ = c.num_kv_heads * c.v_data_head_bytes;
+    s_token_ = c.num_kv_heads * c.v_scale_head_bytes;
+    k_src_ = static_cast<int32_t>(c.sections.k) + kv_head * c.k_head_bytes;
+    v_src_ = static_cast<int32_t>(c.sections.v_data) + kv_head * c.v_data_head_bytes;
+    s_src_ = static_cast<int32_t>(c.sections.v_scale) + kv_head * c.v_scale_head_bytes;
+    len_ = p.seq_lens[seq];
+    int32_t count;
+    if constexpr (kSparse) {
+      count = src.topk;
+    } else {
+      window_start_ = src.window > 0 && len_ > src.window ? len_ - src.window : 0;
+      first_ = window_start_ & ~(kTile - 1);
+      count = len_ - first_;
+    }
+    const int chunks = count > 0 ? (count + kChunk - 1) / kChunk : 0;
+    const int per_split = (chunks + splits - 1) / splits;
+    chunk_begin_ = split * per_split;
+    chunk_end_ = min(chunks, chunk_begin_ + per_split);
+  }
+
+  // Calls consume(stage) with every thread for each chunk of the CTA, once it has landed. The
+  // stage stays valid until consume returns; it must not call __syncthreads.
+  template <class Consume>
+  __device__ __forceinline__ void ForEach(Consume&& consume) {
+    const bool loader = threadIdx.x < kChunk;
+    if (loader) {
+#pragma unroll
+      for (int s = 0; s < kStages; ++s) {
+        const int32_t pos = PositionOf(chunk_begin_ + s);
+        SetMeta(s, pos, BlockOf(pos));
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int s = 0; s < kStages - 1; ++s) {
+      if (chunk_begin_ + s < chunk_end_) Issue(s, s);
+      cp_async::Commit();
+    }
+    int read_stage = 0, write_stage = kStages - 1;
+    int read_meta = 0, issue_meta = kStages - 1, fill_meta = kStages;
+    int32_t later_pos = loader ? PositionOf(chunk_begin_ + kStages) : -1;
+    for (int chunk = chunk_begin_; chunk < chunk_end_; ++chunk) {
+      cp_async::Wait<kStages - 2>();
+      __syncthreads();  // chunk is staged, and every warp is done with the stage refilled next
+      if (chunk + kStages - 1 < chunk_end_) Issue(write_stage, issue_meta);
+      cp_async::Commit();
+      // Block ids of a later chunk (whose positions arrived during the last chunk) and the
+      // positions of the one after, in flight while this one computes.
+      const int32_t fill_pos = later_pos;
+      int32_t fill_block = 0;
+      if (loader) {
+        fill_block = BlockOf(fill_pos);
+        later_pos = PositionOf(chunk + kStages + 1);
+      }
+      const uint8_t* st = smem_ + read_stage * St::kBytes;
+      consume(St{st, st + St::kKBytes, st + St::kKBytes + St::kVBytes, MetaSlots(read_meta)});
+      if (loader) SetMeta(fill_meta, fill_pos, fill_block);
+      read_stage = Next(read_stage, kStages);
+      write_stage = Next(write_stage, kStages);
+      read_meta = Next(read_meta, kMetaSlots);
+      issue_meta = Next(issue_meta, kMetaSlots);
+      fill_meta = Next(fill_meta, kMetaSlots);
+    }
+    cp_async::Wait<0>();
+  }
+
+ private:
+  __device__ static int Next(int i, int n) { return i + 1 == n ? 0 : i + 1; }
+
+  __device__ int32_t* MetaSlots(int meta) const {
+    return reinterpret_cast<int32_t*>(smem_ + kStages * St::kBytes + meta * kMetaSlotBytes);
+  }
+  __device__ const uint8_t** MetaRows(int meta) const {
+    return reinterpret_cast<const uint8_t**>(smem_ + kStages * St::kBytes + meta * kMetaSlotBytes +
+                                             kChunk * 4);
+  }
+  // Records position threadIdx.x of a chunk (in block `block`) in ring slot `meta`.
+  __device__ void SetMeta(int meta, int32_t pos, int32_t block) const {
+    const int32_t slot = pos >= 0 ? pos & ((1 << block_shift_) - 1) : -1;
+    MetaSlots(meta)[threadIdx.x] = slot;
+    MetaRows(meta)[threadIdx.x] =
+        base_ + int64_t{block} * block_stride_ + (k_src_ + (slot >= 0 ? slot : 0) * k_token_);
+  }
+
+  // Position threadIdx.x of chunk `chunk`, or -1.
+  __device__ int32_t PositionOf(int chunk) const {
+    if (chunk >= chunk_end_) return -1;
+    if constexpr (kSparse) {
+      const int idx = chunk * kChunk + threadIdx.x;
+      const int32_t pos = idx < src_.topk ? src_.indices[int64_t{seq_} * src_.topk + idx] : -1;
+      return pos >= 0 && pos < len_ ? pos : -1;
+    } else {
+      const int32_t pos = first_ + chunk * kChunk + threadIdx.x;
+      return pos >= window_start_ && pos < len_ ? pos : -1;
+    }
+  }
+
+  __device__ int32_t BlockOf(int32_t pos) const { return pos >= 0 ? table_[pos >> block_shift_] : 0; }
+
+  // Stages the chunk whose rows are in ring slot `meta` into stage `stage`; masked positions
+  // become zeros.
+  __device__ void Issue(int stage, int meta) const {
+    uint8_t* st = smem_ + stage * St::kBytes;
+    const int32_t* slots = MetaSlots(meta);
+    const uint8_t* const* rows = MetaRows(meta);
+    CopyRows<16, St::kKRow, kHeadDim>(st, slots, rows, 0, 0);
+    CopyRows<St::kVRow % 16 == 0 ? 16 : 8, St::kVRow, St::kVRow>(
+        st + St::kKBytes, slots, rows, v_src_ - k_src_, v_token_ - k_token_);
+    CopyRows<St::kSRow % 8 == 0 ? 8 : 4, St::kSRow, St::kSRow>(
+        st + St::kKBytes + St::kVBytes, slots, rows, s_src_ - k_src_, s_token_ - k_token_);
+  }
+
+  // Copies kBytes of each position's row, at its K row + from_k + slot · token_step, to dst rows of
+  // kDstRow bytes, kPiece bytes per copy. Thread t copies piece t % kPieces of positions
+  // t / kPieces + r · kPerPass, so everything but the row it reads is fixed per thread.
+  template <int kPiece, int kDstRow, int kBytes>
+  __device__ __forceinline__ void CopyRows(uint8_t* dst, const int32_t* slots,
+                                           const uint8_t* const* rows, int32_t from_k,
+                                           int32_t token_step) const {
+    constexpr int kPieces = kBytes / kPiece;
+    static_assert(kBytes % kPiece == 0 && kPieces <= kThreads);
+    constexpr int kPerPass = kThreads / kPieces;  // positions per pass
+    const int first = threadIdx.x / kPieces;
+    const int piece_offset = (threadIdx.x % kPieces) * kPiece;
+    if (first >= kPerPass) return;
+#pragma unroll
+    for (int r = 0; r < (kChunk + kPerPass - 1) / kPerPass; ++r) {
+      const int i = first + r * kPerPass;
+      if (kChunk % kPerPass != 0 && i >= kChunk) break;
+      const int32_t slot = slots[i];
+      const uint8_t* from = rows[i] + (from_k + max(slot, 0) * token_step + piece_offset);
+      cp_async::CopyOrZero<kPiece>(dst + i * kDstRow + piece_offset, from, slot >= 0);
+    }
+  }
+
+  const PositionSource& src_;
+  const int32_t* table_;
+  const uint8_t* base_;
+  int64_t block_stride_;
+  int seq_;
+  uint8_t* smem_;
+  int block_shift_;
+  int32_t k_token_, v_token_, s_token_;  // bytes from one slot of a block to the next
+  int32_t k_src_, v_src_, s_src_;        // offsets of this kv head's rows in slot 0 of a block
+  int32_t len_ = 0, first_ = 0, window_start_ = 0;
+  int chunk_begin_ = 0, chunk_end_ = 0;
+};
+
+// (max, sum, acc[D]) of one q head, in floats: one row of the merge area and of a part.
+template <int kHeadDim>
+inline constexpr int kRowFloats = kHeadDim + 2;
+
+// Each warp has written its (max, sum, acc) for `kRows` heads into merge[warp][row]; the warps
+// of a set (warps_per_set consecutive warps covering the same heads) are merged into one part of
+// each of their heads. Set s, row r is local q head first_local + s·kRows + r of the kv head; heads
+// at or past `group` are padding.
+template <int kHeadDim, int kRows>
+__device__ void WriteParts(const float* merge, int sets, int warps_per_set, int first_local,
+                           int group, float* parts, int64_t first_q_head, int parts_n,
+                           int split) {
+  constexpr int kRow = kRowFloats<kHeadDim>;
+  for (int i = threadIdx.x; i < sets * kRows * kHeadDim; i += blockDim.x) {
+    const int e = i % kHeadDim, row = (i / kHeadDim) % kRows, set = i / (kHeadDim * kRows);
+    const int local = first_local + set * kRows + row;
+    if (local >= group) continue;
+    const float* w0 = merge + ((set * warps_per_set) * kRows + row) * kRow;  // the set's 1st warp
+    float max_m = -INFINITY;
+    for (int w = 0; w < warps_per_set; ++w) max_m = fmaxf(max_m, w0[w * kRows * kRow]);
+    float sum = 0.0f, o = 0.0f;
+    if (max_m != -INFINITY) {
+      for (int w = 0; w < warps_per_set; ++w) {
+        const float* part = w0 + w * kRows * kRow;
+        const float scale = exp2f(part[0] - max_m);
+        sum += scale * part[1];
+        o += scale * part[2 + e];
+      }
+    }
+    float* out = parts + ((first_q_head + local) * parts_n + split) * kRow;
+    if (e == 0) {
+      out[0] = max_m;
+      out[1] = sum;
+    }
+    out[2 + e] = o;
+  }
+}
+
+}  // namespace kvp::attention
