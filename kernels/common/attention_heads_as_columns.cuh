@@ -46,7 +46,6 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 5)
   }
   const float qk_scale = p.softmax_scale * p.cache.k_codec.scale * kLog2e;
   const float tau = p.sparse_v_threshold;
-  const float v_scale = p.cache.v_codec.scale;
   const bool real[2] = {2 * t < group, 2 * t + 1 < group};  // heads 2t, 2t + 1
 
   float m[2] = {-INFINITY, -INFINITY};  // running max (log2 units) of heads 2t, 2t + 1
@@ -129,7 +128,7 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 5)
     for (int half = 0; half < 2; ++half) {
       const int i = base + half * 8 + 2 * t;
       DecodeValuePair<kHeadDim, kVBits>(st.v + i * St::kVRow, st.s + i * St::kSRow, St::kVRow,
-                                        St::kSRow, v_scale, g, pair_levels, v[half]);
+                                        St::kSRow, g, pair_levels, v[half]);
     }
 #pragma unroll
     for (int j = 0; j < kSteps; ++j) {

@@ -63,7 +63,6 @@ __global__ void __launch_bounds__(kWarps * 32)
   }
   const float qk_scale = p.softmax_scale * p.cache.k_codec.scale * kLog2e;
   const float tau = p.sparse_v_threshold;
-  const float v_scale = p.cache.v_codec.scale;
 
   float m[2] = {-INFINITY, -INFINITY};  // running max (log2 units), rows g and g + 8
   float l[2] = {0.0f, 0.0f};            // this thread's share of the running sum
@@ -159,7 +158,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int half = 0; half < 2; ++half) {
         const int i = base + half * 8 + 2 * t;
         DecodeValuePair<kHeadDim, kVBits>(st.v + i * St::kVRow, st.s + i * St::kSRow, St::kVRow,
-                                          St::kSRow, v_scale, g, pair_levels, vb[half]);
+                                        St::kSRow, g, pair_levels, vb[half]);
       }
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) mma::MmaF16(acc[j], pa, vb[0][j], vb[1][j]);

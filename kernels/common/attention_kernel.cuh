@@ -17,42 +17,88 @@
 
 namespace kvp::attention {
 
-// Merges the parts of one (sequence, q head), rotates back and writes out. Block: D threads.
-template <int kHeadDim>
-__global__ void __launch_bounds__(kHeadDim)
+// Block-wide reduction of one float per thread with `op`; every thread gets the result. `scratch`
+// holds one float per warp.
+template <class Op>
+__device__ float BlockReduce(float v, float* scratch, Op op) {
+  for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
+  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
+  __syncthreads();  // scratch may still be read by a previous reduction
+  if (threadIdx.x % 32 == 0) scratch[warp] = v;
+  __syncthreads();
+  v = scratch[0];
+  for (int w = 1; w < warps; ++w) v = op(v, scratch[w]);
+  return v;
+}
+
+// Parts above which the combining kernel spreads them over 4 threads per element.
+inline constexpr int kManyParts = 16;
+
+// Merges the parts of one (sequence, q head), rotates back and writes out. Block: D × kLanes
+// threads. kLanes = 1 (few parts): every thread reads all maxima and sums. kLanes = 4 (many
+// parts, batch 1): the maxima and sums are read by all threads at once into shared memory
+// (dynamic: one float per part), and lane l of element e sums parts l, l + 4, ...: a few
+// dependent loads instead of one per part.
+template <int kHeadDim, int kLanes>
+__global__ void __launch_bounds__(kHeadDim * kLanes)
     AttentionCombineKernel(AttentionParams p, int parts_n, const float* parts) {
+  constexpr int kRow = kRowFloats<kHeadDim>;
   __shared__ float x[kHeadDim];
-  const int e = threadIdx.x;
+  const int e = threadIdx.x % kHeadDim, lane = threadIdx.x / kHeadDim;
   const int qh = blockIdx.x, seq = blockIdx.y;
-  const float* base = parts + (int64_t{seq} * p.num_q_heads + qh) * parts_n * (kHeadDim + 2);
-  float max_m = -INFINITY;
-#pragma unroll 8
-  for (int i = 0; i < parts_n; ++i) max_m = fmaxf(max_m, base[i * (kHeadDim + 2)]);
+  const float* base = parts + (int64_t{seq} * p.num_q_heads + qh) * parts_n * kRow;
   float sum = 0.0f, o = 0.0f;
-  if (max_m != -INFINITY) {
+  if constexpr (kLanes == 1) {
+    float max_m = -INFINITY;
 #pragma unroll 8
-    for (int i = 0; i < parts_n; ++i) {
-      const float* part = base + i * (kHeadDim + 2);
-      const float w = exp2f(part[0] - max_m);
-      sum += w * part[1];
-      o += w * part[2 + e];
+    for (int i = 0; i < parts_n; ++i) max_m = fmaxf(max_m, base[i * kRow]);
+    if (max_m != -INFINITY) {
+#pragma unroll 8
+      for (int i = 0; i < parts_n; ++i) {
+        const float w = exp2f(base[i * kRow] - max_m);
+        sum += w * base[i * kRow + 1];
+        o += w * base[i * kRow + 2 + e];
+      }
     }
+  } else {
+    extern __shared__ float weights[];  // [parts_n]
+    __shared__ float scratch[kHeadDim * kLanes / 32];
+    __shared__ float lane_sums[kLanes][kHeadDim];
+    float max_m = -INFINITY;
+    for (int i = threadIdx.x; i < parts_n; i += blockDim.x) max_m = fmaxf(max_m, base[i * kRow]);
+    max_m = BlockReduce(max_m, scratch, [](float a, float b) { return fmaxf(a, b); });
+    for (int i = threadIdx.x; i < parts_n; i += blockDim.x) {
+      const float w = max_m == -INFINITY ? 0.0f : exp2f(base[i * kRow] - max_m);
+      weights[i] = w;
+      sum += w * base[i * kRow + 1];
+    }
+    sum = BlockReduce(sum, scratch, [](float a, float b) { return a + b; });  // weights are ready
+#pragma unroll 8
+    for (int i = lane; i < parts_n; i += kLanes) o += weights[i] * base[i * kRow + 2 + e];
+    lane_sums[lane][e] = o;
+    __syncthreads();
+    o = 0.0f;
+#pragma unroll
+    for (int l = 0; l < kLanes; ++l) o += lane_sums[l][e];
   }
-  x[e] = sum > 0.0f ? o / sum : 0.0f;
+  if (lane == 0) x[e] = sum > 0.0f ? o / sum * p.cache.v_codec.scale : 0.0f;  // DecodeValuePair
   __syncthreads();
   const LayerCache& c = p.cache;
   if (TraitsOf(c.v_codec.format).turbo && c.v_codec.rotate) {
 #pragma unroll
     for (int h = 1; h < kHeadDim; h *= 2) {
-      float mine = x[e], other = x[e ^ h];
+      const float mine = x[e], other = x[e ^ h];
       __syncthreads();
-      x[e] = (e & h) ? other - mine : mine + other;
+      if (lane == 0) x[e] = (e & h) ? other - mine : mine + other;
       __syncthreads();
     }
-    const float v = x[e] * InvSqrtHeadDim(kHeadDim);
-    x[e] = c.v_codec.signs.Negative(e) ? -v : v;
+    if (lane == 0) {
+      const float v = x[e] * InvSqrtHeadDim(kHeadDim);
+      x[e] = c.v_codec.signs.Negative(e) ? -v : v;
+    }
+    __syncthreads();
   }
-  p.out[(int64_t{seq} * p.num_q_heads + qh) * kHeadDim + e] = x[e];
+  if (lane == 0) p.out[(int64_t{seq} * p.num_q_heads + qh) * kHeadDim + e] = x[e];
 }
 
 // One parts kernel with what its launch needs: set up once per instantiation (shared-memory
@@ -158,8 +204,13 @@ LaunchStatus LaunchAttention(const AttentionParams& p, const PositionSource& src
     float* parts = static_cast<float*>(workspace);
     const dim3 grid(plan.splits, p.cache.num_kv_heads * plan.ctas_per_kv_head(), p.num_seqs);
     k.kernel<<<grid, kWarps * 32, k.shared_bytes, stream>>>(p, src, plan, parts);
-    AttentionCombineKernel<kD>
-        <<<dim3(p.num_q_heads, p.num_seqs), kD, 0, stream>>>(p, plan.parts(), parts);
+    const dim3 heads(p.num_q_heads, p.num_seqs);
+    if (plan.parts() <= kManyParts) {
+      AttentionCombineKernel<kD, 1><<<heads, kD, 0, stream>>>(p, plan.parts(), parts);
+    } else {
+      AttentionCombineKernel<kD, 4>
+          <<<heads, kD * 4, plan.parts() * sizeof(float), stream>>>(p, plan.parts(), parts);
+    }
     return LastLaunchError();
   });
 }

@@ -101,10 +101,11 @@ struct Stage {
 };
 
 // The rows of the chunks being staged: per position its slot in its block (-1 = masked) and the
-// address of its K row. A ring one longer than the stages, so the slot written for a future chunk
-// is never one that a warp may still read.
+// addresses of its K, V and V-scale rows, bit 0 set when masked (rows are 4-byte aligned). A ring
+// one longer than the stages, so the slot written for a future chunk is never one that a warp may
+// still read.
 inline constexpr int kMetaSlots = kStages + 1;
-inline constexpr int kMetaSlotBytes = kChunk * (4 + 8);  // int32 slot[kChunk], K row[kChunk]
+inline constexpr int kMetaSlotBytes = kChunk * (4 + 3 * 8);  // int32 slot[kChunk], row[3][kChunk]
 inline constexpr int kMetaBytes = kMetaSlots * kMetaSlotBytes;
 
 // The stages, the position ring, then the f16 level pairs of the codebook.
@@ -129,10 +130,30 @@ __device__ __forceinline__ uint32_t FieldByteOffset(uint64_t x, int at) {
   return moved & (((1u << kBits) - 1u) << 2);
 }
 
+// The packed codes of TurboNV group `grp` of a staged V row, as one integer (code i in bits
+// [N·i, N·i + N)). turbo3 groups are 6 bytes, so every other one starts 2 bytes into a 4-byte
+// word: two aligned 4-byte reads and a funnel shift instead of three 2-byte reads.
+template <int kVBits>
+__device__ __forceinline__ uint64_t GroupCodes(const uint8_t* row, int grp) {
+  const uint8_t* bytes = row + grp * kTurboGroupBytes<kVBits>;
+  if constexpr (kVBits == 2) {
+    return *reinterpret_cast<const uint32_t*>(bytes);
+  } else if constexpr (kVBits == 3) {
+    const int offset = grp * kTurboGroupBytes<3>;
+    const uint32_t* words = reinterpret_cast<const uint32_t*>(row + (offset & ~3));
+    const uint32_t lo = words[0], hi = words[1];
+    const int shift = (offset & 3) * 8;  // 0 or 16
+    return uint64_t{__funnelshift_r(lo, hi, shift)} | (uint64_t{hi >> shift} << 32);
+  } else {
+    return *reinterpret_cast<const uint64_t*>(bytes);
+  }
+}
+
 // A B fragment's worth of V: dims [g·D/8, (g+1)·D/8) of two consecutive staged positions
 // (rotated domain), as f16 pairs (first position in the low half); out[i] is dim g·D/8 + i.
 // D = 128: TurboNV group g; D = 256: groups 2g, 2g + 1; D = 64: half of group g / 2. Masked
-// positions were staged as zeros: scale 0, values 0.
+// positions were staged with zero scales. The values are level · group scale: the layer's
+// v_scale is left to the combining kernel (AttentionParams' outputs are linear in it).
 //
 // A pair costs one shift and one mask (its index), one table read and one f16x2 multiply by the
 // two scales: the two positions' code streams a, b are first interleaved into the indices
@@ -140,7 +161,7 @@ __device__ __forceinline__ uint32_t FieldByteOffset(uint64_t x, int at) {
 // operations per group instead of four per pair.
 template <int kHeadDim, int kVBits>
 __device__ __forceinline__ void DecodeValuePair(const uint8_t* vdata0, const uint8_t* vscale0,
-                                                int v_row, int s_row, float v_scale, int g,
+                                                int v_row, int s_row, int g,
                                                 const __half2* pair_levels, uint32_t* out) {
   constexpr int kDims = kHeadDim / 8;
   constexpr int kGroups = kDims >= 16 ? kDims / 16 : 1;
@@ -156,23 +177,12 @@ __device__ __forceinline__ void DecodeValuePair(const uint8_t* vdata0, const uin
   for (int q = 0; q < kGroups; ++q) {
     const int grp = kDims >= 16 ? g * kGroups + q : g / 2;
     const int first_elem = kDims >= 16 ? 0 : (g % 2) * kDims;
-    uint64_t bits[2];
-    float scale[2];
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-      const uint8_t* bytes = vdata0 + k * v_row + grp * kTurboGroupBytes<kVBits>;
-      if constexpr (kVBits == 2) {
-        bits[k] = *reinterpret_cast<const uint32_t*>(bytes);
-      } else if constexpr (kVBits == 3) {
-        const uint16_t* h16 = reinterpret_cast<const uint16_t*>(bytes);
-        bits[k] = uint64_t{h16[0]} | (uint64_t{h16[1]} << 16) | (uint64_t{h16[2]} << 32);
-      } else {
-        bits[k] = *reinterpret_cast<const uint64_t*>(bytes);
-      }
-      const __half_raw sh = __nv_cvt_fp8_to_halfraw(vscale0[k * s_row + grp], __NV_E4M3);
-      scale[k] = __half2float(__half(sh)) * v_scale;
-    }
-    const __half2 scales = __floats2half2_rn(scale[0], scale[1]);
+    uint64_t bits[2] = {GroupCodes<kVBits>(vdata0, grp), GroupCodes<kVBits>(vdata0 + v_row, grp)};
+    // Both positions' E4M3 scale bytes side by side, converted in one instruction (exactly).
+    const uint32_t two_scales = __byte_perm(vscale0[grp], vscale0[s_row + grp], 0x0040);
+    const __half2_raw sr =
+        __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_scales), __NV_E4M3);
+    const __half2 scales = *reinterpret_cast<const __half2*>(&sr);
     if (first_elem != 0) {
       bits[0] >>= kVBits * first_elem;
       bits[1] >>= kVBits * first_elem;
@@ -286,16 +296,22 @@ class ChunkStream {
   __device__ int32_t* MetaSlots(int meta) const {
     return reinterpret_cast<int32_t*>(smem_ + kStages * St::kBytes + meta * kMetaSlotBytes);
   }
-  __device__ const uint8_t** MetaRows(int meta) const {
-    return reinterpret_cast<const uint8_t**>(smem_ + kStages * St::kBytes + meta * kMetaSlotBytes +
-                                             kChunk * 4);
+  // Row addresses of section `section` (0 K, 1 V, 2 V scales) in ring slot `meta`.
+  __device__ uintptr_t* MetaRows(int meta, int section) const {
+    return reinterpret_cast<uintptr_t*>(smem_ + kStages * St::kBytes + meta * kMetaSlotBytes +
+                                        kChunk * 4) +
+           section * kChunk;
   }
   // Records position threadIdx.x of a chunk (in block `block`) in ring slot `meta`.
   __device__ void SetMeta(int meta, int32_t pos, int32_t block) const {
     const int32_t slot = pos >= 0 ? pos & ((1 << block_shift_) - 1) : -1;
+    const uintptr_t masked = slot >= 0 ? 0 : 1;
+    const int32_t s = slot >= 0 ? slot : 0;
+    const uintptr_t start = reinterpret_cast<uintptr_t>(base_) + int64_t{block} * block_stride_;
     MetaSlots(meta)[threadIdx.x] = slot;
-    MetaRows(meta)[threadIdx.x] =
-        base_ + int64_t{block} * block_stride_ + (k_src_ + (slot >= 0 ? slot : 0) * k_token_);
+    MetaRows(meta, 0)[threadIdx.x] = (start + (k_src_ + s * k_token_)) | masked;
+    MetaRows(meta, 1)[threadIdx.x] = (start + (v_src_ + s * v_token_)) | masked;
+    MetaRows(meta, 2)[threadIdx.x] = (start + (s_src_ + s * s_token_)) | masked;
   }
 
   // Position threadIdx.x of chunk `chunk`, or -1.
@@ -317,22 +333,17 @@ class ChunkStream {
   // become zeros.
   __device__ void Issue(int stage, int meta) const {
     uint8_t* st = smem_ + stage * St::kBytes;
-    const int32_t* slots = MetaSlots(meta);
-    const uint8_t* const* rows = MetaRows(meta);
-    CopyRows<16, St::kKRow, kHeadDim>(st, slots, rows, 0, 0);
-    CopyRows<St::kVRow % 16 == 0 ? 16 : 8, St::kVRow, St::kVRow>(
-        st + St::kKBytes, slots, rows, v_src_ - k_src_, v_token_ - k_token_);
-    CopyRows<St::kSRow % 8 == 0 ? 8 : 4, St::kSRow, St::kSRow>(
-        st + St::kKBytes + St::kVBytes, slots, rows, s_src_ - k_src_, s_token_ - k_token_);
+    CopyRows<16, St::kKRow, kHeadDim>(st, MetaRows(meta, 0));
+    CopyRows<St::kVRow % 16 == 0 ? 16 : 8, St::kVRow, St::kVRow>(st + St::kKBytes, MetaRows(meta, 1));
+    CopyRows<St::kSRow % 8 == 0 ? 8 : 4, St::kSRow, St::kSRow>(st + St::kKBytes + St::kVBytes,
+                                                               MetaRows(meta, 2));
   }
 
-  // Copies kBytes of each position's row, at its K row + from_k + slot · token_step, to dst rows of
-  // kDstRow bytes, kPiece bytes per copy. Thread t copies piece t % kPieces of positions
-  // t / kPieces + r · kPerPass, so everything but the row it reads is fixed per thread.
+  // Copies kBytes of each position's row to dst rows of kDstRow bytes, kPiece bytes per copy.
+  // Thread t copies piece t % kPieces of positions t / kPieces + r · kPerPass, so all but the row
+  // address is fixed per thread.
   template <int kPiece, int kDstRow, int kBytes>
-  __device__ __forceinline__ void CopyRows(uint8_t* dst, const int32_t* slots,
-                                           const uint8_t* const* rows, int32_t from_k,
-                                           int32_t token_step) const {
+  __device__ __forceinline__ void CopyRows(uint8_t* dst, const uintptr_t* rows) const {
     constexpr int kPieces = kBytes / kPiece;
     static_assert(kBytes % kPiece == 0 && kPieces <= kThreads);
     constexpr int kPerPass = kThreads / kPieces;  // positions per pass
@@ -343,9 +354,11 @@ class ChunkStream {
     for (int r = 0; r < (kChunk + kPerPass - 1) / kPerPass; ++r) {
       const int i = first + r * kPerPass;
       if (kChunk % kPerPass != 0 && i >= kChunk) break;
-      const int32_t slot = slots[i];
-      const uint8_t* from = rows[i] + (from_k + max(slot, 0) * token_step + piece_offset);
-      cp_async::CopyOrZero<kPiece>(dst + i * kDstRow + piece_offset, from, slot >= 0);
+      const uintptr_t row = rows[i];
+      const uint32_t masked = static_cast<uint32_t>(row) & 1u;
+      cp_async::CopyOrZero<kPiece>(dst + i * kDstRow + piece_offset,
+                                   reinterpret_cast<const uint8_t*>(row) + (piece_offset - masked),
+                                   masked == 0);
     }
   }
 
