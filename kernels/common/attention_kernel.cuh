@@ -135,16 +135,6 @@ const PartsKernel& PartsKernelFor() {
   return k;
 }
 
-inline int SmCount() {
-  static int sms = [] {
-    int device = 0, n = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, device);
-    return n > 0 ? n : 132;
-  }();
-  return sms;
-}
-
 // Calls f(kernel, IntConstant<head_dim>) for the kernel that serves p, or names what is missing.
 template <bool kSparse, class F>
 LaunchStatus WithPartsKernel(const AttentionParams& p, F&& f) {

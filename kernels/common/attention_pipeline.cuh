@@ -15,6 +15,7 @@
 #include "kernels/common/attention_params.h"
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/mma.cuh"
+#include "kernels/common/work_split.h"
 #include "kvpool/format/turbo_codebook.h"
 
 namespace kvp::attention {
@@ -56,28 +57,6 @@ struct Plan {
 // Partial results: [num_seqs, num_q_heads, parts, D + 2] floats = (max in log2 units, sum, acc[D]).
 inline size_t PartialBytes(const AttentionParams& p, const Plan& plan) {
   return size_t(p.num_seqs) * p.num_q_heads * plan.parts() * (p.cache.head_dim + 2) * sizeof(float);
-}
-
-// Picks the splits so that the CTAs fill the GPU's resident slots in whole waves: the time is
-// about waves × (chunks per split + a fixed cost per CTA), and a last wave that is mostly empty
-// costs as much as a full one.
-inline int ChooseSplits(int base_ctas, int chunks, int resident_slots) {
-  if (base_ctas <= 0 || chunks <= 1) return 1;
-  constexpr int kCtaCostInChunks = 2;  // pipeline fill, Q load and merge
-  const int max_splits = chunks < 4 * resident_slots ? chunks : 4 * resident_slots;
-  int best = 1;
-  int64_t best_cost = INT64_MAX;
-  for (int s = 1; s <= max_splits; ++s) {
-    const int64_t ctas = int64_t{s} * base_ctas;
-    const int64_t waves = (ctas + resident_slots - 1) / resident_slots;
-    const int64_t cost = waves * ((chunks + s - 1) / s + kCtaCostInChunks);
-    if (cost < best_cost) {
-      best_cost = cost;
-      best = s;
-    }
-    if (ctas >= 4 * int64_t{resident_slots}) break;
-  }
-  return best;
 }
 
 // Shared-memory layout of one pipeline stage: K rows padded by 16 bytes (conflict-free 16-byte
