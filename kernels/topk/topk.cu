@@ -3,7 +3,8 @@
 // k-th largest key T and how many elements equal to T to take; a last pass compacts the selected
 // positions in index order (elements above T, then ties by lower position), so the output is the
 // reference's exactly. Barriers between the passes are per row (rows never wait for each other, and
-// few CTAs share a counter); the launch is cooperative so every CTA is resident.
+// few CTAs share a counter); the launch is cooperative so every CTA is resident. A CTA reads its
+// slice once: thread t keeps the keys of elements [16 t, 16 t + 16) in registers for all passes.
 #include <cstdint>
 
 #include "kernels/topk/topk_launch.h"
@@ -18,6 +19,8 @@ constexpr int kPasses = 3;
 __host__ __device__ constexpr int Shift(int pass) { return pass == 0 ? 21 : pass == 1 ? 10 : 0; }
 __host__ __device__ constexpr int Width(int pass) { return pass == 2 ? 10 : 11; }
 constexpr int kElementsPerCta = 4096;  // enough work per CTA to amortize the barriers
+constexpr int kPerThread = kElementsPerCta / kThreads;  // keys a thread holds
+constexpr int64_t kMaxRowLength = int64_t{kThreads} * kElementsPerCta;  // CTAs per row <= kThreads
 
 // Workspace: per-row barrier counters, per-row histograms of each pass, per-CTA counts.
 struct Layout {
@@ -90,8 +93,18 @@ __global__ void __launch_bounds__(kThreads)
   const bool live_row = row_local < layout.rows && row < p.num_rows;
   const int32_t len = live_row ? p.lengths[row] : 0;
   const float* scores = p.scores + int64_t{row} * p.scores_stride;
-  const int32_t per_cta = (len + layout.ctas_per_row - 1) / layout.ctas_per_row;
+  const int32_t per_cta = (len + layout.ctas_per_row - 1) / layout.ctas_per_row;  // <= 4096
   const int32_t begin = min(len, cta * per_cta), end = min(len, begin + per_cta);
+  // This thread's elements and their keys (0 past the slice: never counted, never selected).
+  const int32_t my_begin = begin + static_cast<int32_t>(threadIdx.x) * kPerThread;
+  uint32_t keys[kPerThread];
+  {
+    float v[kPerThread];
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) v[j] = my_begin + j < end ? scores[my_begin + j] : NAN;
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) keys[j] = Key(v[j]);
+  }
   if (threadIdx.x == 0) {
     s_prefix = 0;
     s_mask = 0;
@@ -108,10 +121,17 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();
     if (active) {
       const uint32_t digit_mask = (1u << Width(pass)) - 1u;
-      for (int32_t i = begin + threadIdx.x; i < end; i += kThreads) {
-        const uint32_t key = Key(scores[i]);
-        if (key != 0u && (key & mask) == prefix)
-          atomicAdd(&hist[(key >> Shift(pass)) & digit_mask], 1u);
+      // Scores crowd into few bins (the first pass sees exponents), so the lanes of a warp that
+      // share a bin add once, together.
+      const unsigned lane = threadIdx.x % 32;
+#pragma unroll
+      for (int j = 0; j < kPerThread; ++j) {
+        const uint32_t key = keys[j];
+        const bool counted = key != 0u && (key & mask) == prefix;
+        const uint32_t bin = counted ? (key >> Shift(pass)) & digit_mask : kBins;
+        const unsigned peers = __match_any_sync(0xFFFFFFFFu, bin);
+        if (counted && lane == static_cast<unsigned>(__ffs(peers) - 1))
+          atomicAdd(&hist[bin], static_cast<uint32_t>(__popc(peers)));
       }
     }
     __syncthreads();
@@ -155,14 +175,11 @@ __global__ void __launch_bounds__(kThreads)
   // Selection: key > T, plus the first `need` keys equal to T in index order.
   const uint32_t threshold = s_take_all ? 0u : s_prefix;
   const uint32_t need = s_take_all ? 0u : s_k_rem;
-  const int32_t chunk = (end - begin + kThreads - 1) / kThreads;
-  const int32_t my_begin = min(end, begin + static_cast<int32_t>(threadIdx.x) * chunk);
-  const int32_t my_end = min(end, my_begin + chunk);
   uint32_t gt = 0, eq = 0;
-  for (int32_t i = my_begin; i < my_end; ++i) {
-    const uint32_t key = Key(scores[i]);
-    gt += key > threshold;
-    eq += key == threshold && key != 0u;
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    gt += keys[j] > threshold;
+    eq += keys[j] == threshold && keys[j] != 0u;
   }
   uint32_t cta_gt, cta_eq;
   const uint32_t eq_before_me = BlockExclusiveScan(eq, &cta_eq);
@@ -196,12 +213,13 @@ __global__ void __launch_bounds__(kThreads)
   int32_t* out = p.indices + int64_t{row} * p.k;
   uint32_t pos = gt_before + min(eq_before, need) + out_before_me;
   uint32_t rank = tie_rank0;
-  for (int32_t i = my_begin; i < my_end; ++i) {
-    const uint32_t key = Key(scores[i]);
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) {
+    const uint32_t key = keys[j];
     if (key > threshold) {
-      out[pos++] = i;
+      out[pos++] = my_begin + j;
     } else if (key == threshold && key != 0u) {
-      if (rank < need) out[pos++] = i;
+      if (rank < need) out[pos++] = my_begin + j;
       ++rank;
     }
   }
@@ -220,9 +238,11 @@ Layout MakeLayout(const TopkParams& p) {
     cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, TopkKernel, kThreads, 0);
     return sms * (per_sm > 0 ? per_sm : 1);
   }();
+  // Every CTA's slice must fit its threads' registers (kElementsPerCta), so rows that do not fit
+  // the GPU at once go in several launches rather than in longer slices.
   Layout layout;
   const int by_length = (p.scores_stride + kElementsPerCta - 1) / kElementsPerCta;
-  layout.ctas_per_row = max(1, min(min(by_length, kThreads), capacity / max(1, p.num_rows)));
+  layout.ctas_per_row = max(1, by_length);
   layout.rows = max(1, min(p.num_rows, capacity / layout.ctas_per_row));
   return layout;
 }
@@ -234,6 +254,7 @@ size_t TopkWorkspaceBytes(const TopkParams& p) { return MakeLayout(p).total(); }
 LaunchStatus TopkLaunch(const TopkParams& p, void* workspace, size_t workspace_bytes,
                         cudaStream_t stream) {
   if (p.k < 1 || p.k > kMaxTopk) return Unsupported("k outside [1, 2048]");
+  if (p.scores_stride > kMaxRowLength) return Unsupported("top-k rows over 1,048,576 scores");
   if (p.num_rows == 0) return {};
   Layout layout = MakeLayout(p);
   if (workspace_bytes < layout.total()) return LaunchStatus{cudaErrorInvalidValue, nullptr};
