@@ -37,14 +37,18 @@ __device__ __forceinline__ void StoreBf16x16(const float* x, uint8_t* dst) {
   d[1] = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
+// The integer encoder, out of line: it runs only for NaN and subnormal magnitudes, and inlined at
+// every element it made the kernel larger than the instruction cache (10% faster without).
+__device__ __noinline__ uint32_t E4m3FromFloatOutOfLine(float x) { return E4m3FromFloat(x); }
+
 // E4m3FromFloat of two values. The hardware converter rounds to nearest even and saturates like
 // __NV_SATFINITE for normal magnitudes; NaN (it drops the sign) and the subnormal range (its ties
 // are not the reference's) go through the integer encoder, which is the definition.
 __device__ __forceinline__ uint32_t E4m3x2(float lo, float hi) {
   uint32_t two = __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
   constexpr float kMinNormal = 0.015625f;  // 2^-6
-  if (!(fabsf(lo) >= kMinNormal)) two = (two & 0xFF00u) | E4m3FromFloat(lo);
-  if (!(fabsf(hi) >= kMinNormal)) two = (two & 0x00FFu) | (uint32_t{E4m3FromFloat(hi)} << 8);
+  if (!(fabsf(lo) >= kMinNormal)) two = (two & 0xFF00u) | E4m3FromFloatOutOfLine(lo);
+  if (!(fabsf(hi) >= kMinNormal)) two = (two & 0x00FFu) | (E4m3FromFloatOutOfLine(hi) << 8);
   return two;
 }
 

@@ -87,13 +87,18 @@ KVP_HD constexpr float TurboBoundary() {
   return kHalf;
 }
 
-// Code of u: the number of boundaries T_j with u >= T_j (ties go up). NaN gives 0.
-template <int kBits, int kJ = 0>
+// Code of u: the number of boundaries T_j with u >= T_j (ties go up). NaN gives 0. The boundaries
+// are sorted, so a binary search over codes [kFirst, kFirst + kCount) finds it with N comparisons
+// instead of 2^N - 1 (NaN fails every comparison and ends at 0).
+template <int kBits, int kFirst = 0, int kCount = (1 << kBits)>
 KVP_HD int TurboCode(float u) {
-  if constexpr (kJ + 1 >= (1 << kBits)) {
-    return 0;
+  if constexpr (kCount == 1) {
+    return kFirst;
   } else {
-    return (u >= TurboBoundary<kBits, kJ>() ? 1 : 0) + TurboCode<kBits, kJ + 1>(u);
+    constexpr int kHalf = kCount / 2;
+    return u >= TurboBoundary<kBits, kFirst + kHalf - 1>()
+               ? TurboCode<kBits, kFirst + kHalf, kHalf>(u)
+               : TurboCode<kBits, kFirst, kHalf>(u);
   }
 }
 

@@ -1,6 +1,9 @@
 #include "kvpool/format/turbo_codebook.h"
 
 #include <cmath>
+#include <limits>
+#include <random>
+#include <utility>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -83,6 +86,40 @@ TEST(TurboCodebookTest, LevelsAreSortedAndSymmetric) {
   EXPECT_EQ(TurboCode<3>(std::nextafter(TurboBoundary<3, 4>(), 0.0f)), 4);
   EXPECT_EQ(TurboCode<2>(-10.0f), 0);
   EXPECT_EQ(TurboCode<4>(10.0f), 15);
+}
+
+// The definition TurboCode searches for: how many boundaries u reaches.
+template <int kBits, size_t... kJ>
+int BoundariesReached(float u, std::index_sequence<kJ...>) {
+  return ((u >= TurboBoundary<kBits, static_cast<int>(kJ)>() ? 1 : 0) + ...);
+}
+
+template <int kBits>
+void ExpectSearchCountsBoundaries() {
+  auto count = [](float u) {
+    return BoundariesReached<kBits>(u, std::make_index_sequence<(1 << kBits) - 1>());
+  };
+  std::vector<float> probes = {0.0f, -0.0f, 1e30f, -1e30f, std::numeric_limits<float>::infinity(),
+                               -std::numeric_limits<float>::infinity()};
+  auto add_around = [&](float t) {
+    probes.push_back(t);
+    probes.push_back(std::nextafter(t, -INFINITY));
+    probes.push_back(std::nextafter(t, INFINITY));
+  };
+  [&]<size_t... kJ>(std::index_sequence<kJ...>) {
+    (add_around(TurboBoundary<kBits, static_cast<int>(kJ)>()), ...);
+  }(std::make_index_sequence<(1 << kBits) - 1>());
+  std::mt19937 rng(kBits);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  for (int i = 0; i < 20000; ++i) probes.push_back(normal(rng));
+  for (float u : probes) EXPECT_EQ(TurboCode<kBits>(u), count(u)) << "bits " << kBits << " u " << u;
+  EXPECT_EQ(TurboCode<kBits>(std::numeric_limits<float>::quiet_NaN()), 0);
+}
+
+TEST(TurboCodebookTest, CodeIsTheNumberOfBoundariesReached) {
+  ExpectSearchCountsBoundaries<2>();
+  ExpectSearchCountsBoundaries<3>();
+  ExpectSearchCountsBoundaries<4>();
 }
 
 }  // namespace
