@@ -462,9 +462,9 @@ absl::StatusOr<KernelReport> RunKernelBench(const KernelBenchOptions& options) {
   for (const std::string& name : options.only) {
     if (std::find(std::begin(kKernelBenchSections), std::end(kKernelBenchSections), name) ==
         std::end(kKernelBenchSections)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "no kernel bench section '", name, "'; sections: ",
-          absl::StrJoin(kKernelBenchSections, ",")));
+      return absl::InvalidArgumentError(
+          absl::StrCat("no kernel bench section '", name,
+                       "'; sections: ", absl::StrJoin(kKernelBenchSections, ",")));
     }
   }
   auto wanted = [&](const char* section) {

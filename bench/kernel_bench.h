@@ -31,8 +31,8 @@ inline constexpr const char* kKernelBenchSections[] = {"dense",   "sparse_v",   
                                                        "batched", "cache_write", "block_copy"};
 
 struct KernelBenchOptions {
-  bool quick = false;                // shrinks the shapes for a smoke run
-  std::vector<std::string> only;     // sections to run (kKernelBenchSections); empty = all
+  bool quick = false;             // shrinks the shapes for a smoke run
+  std::vector<std::string> only;  // sections to run (kKernelBenchSections); empty = all
 };
 
 // Fails with INVALID_ARGUMENT for a section name it does not know.

@@ -21,8 +21,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/types/span.h"
-#include "bench/accuracy.h"
 #include "base/run_info.h"
+#include "bench/accuracy.h"
 #include "bench/broker_bench.h"
 #include "bench/pool_bench.h"
 #include "tools/file_io.h"
@@ -131,9 +131,10 @@ int Accuracy(const Flags& flags) {
     return Usage("--seqs, --context and --seed take positive integers");
   }
   using Report = kvp::bench::AccuracyReport;
-  return Finish<Report>(
-      kvp::bench::RunAccuracy(config), flags, kvp::bench::AccuracyTable,
-      [](const Report& r) { return kvp::bench::AccuracyJson(r, kvp::TodayUtc(), kvp::Hostname()); });
+  return Finish<Report>(kvp::bench::RunAccuracy(config), flags, kvp::bench::AccuracyTable,
+                        [](const Report& r) {
+                          return kvp::bench::AccuracyJson(r, kvp::TodayUtc(), kvp::Hostname());
+                        });
 }
 
 int Pool(const Flags& flags) {
@@ -156,8 +157,7 @@ int Kernels(const Flags& flags) {
   kvp::bench::KernelBenchOptions options;
   options.quick = flags.Has("quick");
   if (flags.Has("only")) options.only = absl::StrSplit(flags.String("only"), ',');
-  return Finish<Report>(kvp::bench::RunKernelBench(options), flags,
-                        kvp::bench::KernelTable,
+  return Finish<Report>(kvp::bench::RunKernelBench(options), flags, kvp::bench::KernelTable,
                         [](const Report& r) { return kvp::bench::KernelJson(r, kvp::TodayUtc()); });
 }
 

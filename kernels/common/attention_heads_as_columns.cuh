@@ -114,11 +114,7 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 5)
         acc[j][3] *= factor[1];
       }
     }
-    // Sparse-V: a tile whose every weight (of real heads) is <= τ adds no V; τ = 0 never skips.
-    if (tau > 0.0f && !__any_sync(0xFFFFFFFFu, needed)) {
-      if (p.skipped_tiles != nullptr && lane == 0) atomicAdd(p.skipped_tiles, 1u);
-      return;
-    }
+    if (SkipsValues(tau, needed, p.skipped_tiles)) return;
     // Pᵀ: b0 = (positions 2t, 2t + 1; head g), b1 = (positions 2t + 8, 2t + 9; head g).
     const uint32_t pb0 = mma::Transpose8x8(mma::PackHalf2(pr[0], pr[1]));
     const uint32_t pb1 = mma::Transpose8x8(mma::PackHalf2(pr[2], pr[3]));

@@ -143,11 +143,7 @@ __global__ void __launch_bounds__(kWarps * 32)
           acc[j][3] *= factor[1];
         }
       }
-      // Sparse-V: a tile whose every weight (of real heads) is <= τ adds no V; τ = 0 never skips.
-      if (tau > 0.0f && !__any_sync(0xFFFFFFFFu, needed)) {
-        if (p.skipped_tiles != nullptr && lane == 0) atomicAdd(p.skipped_tiles, 1u);
-        continue;
-      }
+      if (SkipsValues(tau, needed, p.skipped_tiles)) continue;
       const uint32_t pa[4] = {
           mma::PackHalf2(pr[0][0], pr[0][1]), mma::PackHalf2(pr[0][2], pr[0][3]),
           mma::PackHalf2(pr[1][0], pr[1][1]), mma::PackHalf2(pr[1][2], pr[1][3])};
@@ -158,7 +154,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int half = 0; half < 2; ++half) {
         const int i = base + half * 8 + 2 * t;
         DecodeValuePair<kHeadDim, kVBits>(st.v + i * St::kVRow, st.s + i * St::kSRow, St::kVRow,
-                                        St::kSRow, g, pair_levels, vb[half]);
+                                          St::kSRow, g, pair_levels, vb[half]);
       }
 #pragma unroll
       for (int j = 0; j < kNTiles; ++j) mma::MmaF16(acc[j], pa, vb[0][j], vb[1][j]);

@@ -40,7 +40,7 @@ inline constexpr int kManyParts = 16;
 // (dynamic: one float per part), and lane l of element e sums parts l, l + 4, ...: a few
 // dependent loads instead of one per part.
 template <int kHeadDim, int kLanes>
-__global__ void __launch_bounds__(kHeadDim * kLanes)
+__global__ void __launch_bounds__(kHeadDim* kLanes)
     AttentionCombineKernel(AttentionParams p, int parts_n, const float* parts) {
   constexpr int kRow = kRowFloats<kHeadDim>;
   __shared__ float x[kHeadDim];
@@ -107,7 +107,7 @@ struct PartsKernel {
   void (*kernel)(AttentionParams, PositionSource, Plan, float*) = nullptr;
   int shared_bytes = 0;
   bool heads_as_columns = false;
-  int resident = 0;    // CTAs per SM
+  int resident = 0;  // CTAs per SM
   cudaError_t setup = cudaSuccess;
 };
 
@@ -119,8 +119,8 @@ const PartsKernel& PartsKernelFor() {
                         : HeadsAsRowsKernel<kHeadDim, kVBits, kSparse>;
     k.shared_bytes = kSharedBytes<kHeadDim, kVBits>;
     k.heads_as_columns = kColumns;
-    k.setup = cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                   k.shared_bytes);
+    k.setup =
+        cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, k.shared_bytes);
     if (k.setup == cudaSuccess) {
       k.setup = cudaFuncSetAttribute(k.kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                      cudaSharedmemCarveoutMaxShared);

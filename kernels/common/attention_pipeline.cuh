@@ -34,6 +34,14 @@ __device__ __forceinline__ float Exp2Ftz(float x) {
   return y;
 }
 
+// Sparse-V: whether a warp's tile adds no V because every weight of a real head in it is <= τ
+// (`needed` is false in every lane); τ = 0 never skips. Counts the skipped tile when asked to.
+__device__ __forceinline__ bool SkipsValues(float tau, bool needed, uint32_t* skipped_tiles) {
+  if (tau <= 0.0f || __any_sync(0xFFFFFFFFu, needed)) return false;
+  if (skipped_tiles != nullptr && threadIdx.x % 32 == 0) atomicAdd(skipped_tiles, 1u);
+  return true;
+}
+
 // Where a CTA's positions come from.
 struct PositionSource {
   const int32_t* indices = nullptr;  // sparse: [num_seqs, topk]; null for dense
@@ -89,7 +97,7 @@ inline constexpr int kMetaBytes = kMetaSlots * kMetaSlotBytes;
 
 // The stages, the position ring, then the f16 level pairs of the codebook.
 template <int kHeadDim, int kVBits>
-inline constexpr int kPairLevelsOffset = kStages * Stage<kHeadDim, kVBits>::kBytes + kMetaBytes;
+inline constexpr int kPairLevelsOffset = kStages* Stage<kHeadDim, kVBits>::kBytes + kMetaBytes;
 template <int kHeadDim, int kVBits>
 inline constexpr int kSharedBytes = kPairLevelsOffset<kHeadDim, kVBits> + (4 << (2 * kVBits));
 
@@ -105,7 +113,8 @@ __device__ __forceinline__ void FillPairLevels(__half2* pair_levels) {
 // The byte offset of a pair-table entry whose index is the `kBits`-bit field of x at bit `at`.
 template <int kBits>
 __device__ __forceinline__ uint32_t FieldByteOffset(uint64_t x, int at) {
-  const uint32_t moved = at >= 2 ? static_cast<uint32_t>(x >> (at - 2)) : static_cast<uint32_t>(x) << 2;
+  const uint32_t moved =
+      at >= 2 ? static_cast<uint32_t>(x >> (at - 2)) : static_cast<uint32_t>(x) << 2;
   return moved & (((1u << kBits) - 1u) << 2);
 }
 
@@ -171,8 +180,7 @@ __device__ __forceinline__ void DecodeValuePair(const uint8_t* vdata0, const uin
 #pragma unroll
     for (int i = 0; i < kPerGroup; ++i) {
       const uint32_t offset = FieldByteOffset<2 * kVBits>(i % 2 ? odd : even, 2 * kVBits * (i / 2));
-      const __half2 v =
-          __hmul2(*reinterpret_cast<const __half2*>(table + offset), scales);
+      const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(table + offset), scales);
       out[q * 16 + i] = *reinterpret_cast<const uint32_t*>(&v);
     }
   }
@@ -192,8 +200,8 @@ class ChunkStream {
   static constexpr int kThreads = kWarps * 32;
   static_assert(kChunk <= kThreads, "one thread per position loads the chunk's positions");
 
-  __device__ ChunkStream(const AttentionParams& p, const PositionSource& src, int splits,
-                         int split, int seq, int kv_head, uint8_t* smem)
+  __device__ ChunkStream(const AttentionParams& p, const PositionSource& src, int splits, int split,
+                         int seq, int kv_head, uint8_t* smem)
       : src_(src),
         table_(p.block_tables + int64_t{seq} * p.block_table_stride),
         base_(p.cache.base),
@@ -306,14 +314,17 @@ class ChunkStream {
     }
   }
 
-  __device__ int32_t BlockOf(int32_t pos) const { return pos >= 0 ? table_[pos >> block_shift_] : 0; }
+  __device__ int32_t BlockOf(int32_t pos) const {
+    return pos >= 0 ? table_[pos >> block_shift_] : 0;
+  }
 
   // Stages the chunk whose rows are in ring slot `meta` into stage `stage`; masked positions
   // become zeros.
   __device__ void Issue(int stage, int meta) const {
     uint8_t* st = smem_ + stage * St::kBytes;
     CopyRows<16, St::kKRow, kHeadDim>(st, MetaRows(meta, 0));
-    CopyRows<St::kVRow % 16 == 0 ? 16 : 8, St::kVRow, St::kVRow>(st + St::kKBytes, MetaRows(meta, 1));
+    CopyRows<St::kVRow % 16 == 0 ? 16 : 8, St::kVRow, St::kVRow>(st + St::kKBytes,
+                                                                 MetaRows(meta, 1));
     CopyRows<St::kSRow % 8 == 0 ? 8 : 4, St::kSRow, St::kSRow>(st + St::kKBytes + St::kVBytes,
                                                                MetaRows(meta, 2));
   }
@@ -364,8 +375,7 @@ inline constexpr int kRowFloats = kHeadDim + 2;
 // at or past `group` are padding.
 template <int kHeadDim, int kRows>
 __device__ void WriteParts(const float* merge, int sets, int warps_per_set, int first_local,
-                           int group, float* parts, int64_t first_q_head, int parts_n,
-                           int split) {
+                           int group, float* parts, int64_t first_q_head, int parts_n, int split) {
   constexpr int kRow = kRowFloats<kHeadDim>;
   for (int i = threadIdx.x; i < sets * kRows * kHeadDim; i += blockDim.x) {
     const int e = i % kHeadDim, row = (i / kHeadDim) % kRows, set = i / (kHeadDim * kRows);

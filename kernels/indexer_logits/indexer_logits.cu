@@ -21,9 +21,9 @@ namespace {
 
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-constexpr int kChunk = 64;                 // positions per pipeline step
-constexpr int kStages = 4;                 // chunks in flight or being computed
-constexpr int kRow = kIndexHeadDim + 16;   // staged key row, padded against bank conflicts
+constexpr int kChunk = 64;                  // positions per pipeline step
+constexpr int kStages = 4;                  // chunks in flight or being computed
+constexpr int kRow = kIndexHeadDim + 16;    // staged key row, padded against bank conflicts
 constexpr int kSteps = kIndexHeadDim / 16;  // k-steps of K·Qᵀ
 constexpr int kHeadsPerWarp = kIndexHeads / 2;
 constexpr int kNTiles = kHeadsPerWarp / 8;
@@ -82,14 +82,14 @@ struct Stream {
   }
 };
 
-__global__ void __launch_bounds__(kThreads, 4) IndexerLogitsKernel(IndexerLogitsParams p,
-                                                                 int splits) {
+__global__ void __launch_bounds__(kThreads, 4)
+    IndexerLogitsKernel(IndexerLogitsParams p, int splits) {
   extern __shared__ __align__(16) uint8_t smem[];
   Shared& sh = *reinterpret_cast<Shared*>(smem);
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
   const int seq = blockIdx.y;
-  const int half = warp % 2;          // heads half · 32 ..
+  const int half = warp % 2;              // heads half · 32 ..
   const int first_row = (warp / 2) * 32;  // positions of the chunk this warp computes
   Stream stream{p, p.block_tables + int64_t{seq} * p.block_table_stride, p.seq_lens[seq],
                 __ffs(p.cache.block_size) - 1};
@@ -149,7 +149,8 @@ __global__ void __launch_bounds__(kThreads, 4) IndexerLogitsKernel(IndexerLogits
                    ? sh.partial[parity][0][threadIdx.x] + sh.partial[parity][1][threadIdx.x]
                    : -INFINITY;
   };
-  int32_t later = loader && chunk_begin + kStages < chunk_end ? stream.Position(chunk_begin + kStages) : -1;
+  int32_t later =
+      loader && chunk_begin + kStages < chunk_end ? stream.Position(chunk_begin + kStages) : -1;
   int stage = 0, issue_stage = kStages - 1;
   int meta = 0, issue_meta = kStages - 1, fill_meta = kStages;
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {

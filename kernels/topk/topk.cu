@@ -19,7 +19,7 @@ constexpr int kPasses = 3;
 __host__ __device__ constexpr int Shift(int pass) { return pass == 0 ? 21 : pass == 1 ? 10 : 0; }
 __host__ __device__ constexpr int Width(int pass) { return pass == 2 ? 10 : 11; }
 constexpr int kElementsPerCta = 4096;  // enough work per CTA to amortize the barriers
-constexpr int kPerThread = kElementsPerCta / kThreads;  // keys a thread holds
+constexpr int kPerThread = kElementsPerCta / kThreads;                  // keys a thread holds
 constexpr int64_t kMaxRowLength = int64_t{kThreads} * kElementsPerCta;  // CTAs per row <= kThreads
 
 // Workspace: per-row barrier counters, per-row histograms of each pass, per-CTA counts.

@@ -99,7 +99,11 @@ void ExpectSearchCountsBoundaries() {
   auto count = [](float u) {
     return BoundariesReached<kBits>(u, std::make_index_sequence<(1 << kBits) - 1>());
   };
-  std::vector<float> probes = {0.0f, -0.0f, 1e30f, -1e30f, std::numeric_limits<float>::infinity(),
+  std::vector<float> probes = {0.0f,
+                               -0.0f,
+                               1e30f,
+                               -1e30f,
+                               std::numeric_limits<float>::infinity(),
                                -std::numeric_limits<float>::infinity()};
   auto add_around = [&](float t) {
     probes.push_back(t);
@@ -108,7 +112,8 @@ void ExpectSearchCountsBoundaries() {
   };
   [&]<size_t... kJ>(std::index_sequence<kJ...>) {
     (add_around(TurboBoundary<kBits, static_cast<int>(kJ)>()), ...);
-  }(std::make_index_sequence<(1 << kBits) - 1>());
+  }
+  (std::make_index_sequence<(1 << kBits) - 1>());
   std::mt19937 rng(kBits);
   std::normal_distribution<float> normal(0.0f, 1.5f);
   for (int i = 0; i < 20000; ++i) probes.push_back(normal(rng));

@@ -195,9 +195,9 @@ AttentionParams DeviceAttention(const AttentionParams& host, TestPool& pool, Dev
 
 TEST_F(CudaKernelsTest, PagedDecodeMatchesTheReference) {
   const AttentionCase cases[] = {
-      {128, 8, 32, 64, KvFormat::kTurbo3, 0},  {128, 2, 8, 16, KvFormat::kTurbo4, 0},
-      {64, 4, 4, 32, KvFormat::kTurbo2, 0},    {256, 1, 16, 64, KvFormat::kTurbo3, 0},
-      {128, 4, 8, 64, KvFormat::kTurbo3, 300}, {128, 2, 20, 16, KvFormat::kTurbo2, 0},
+      {128, 8, 32, 64, KvFormat::kTurbo3, 0},        {128, 2, 8, 16, KvFormat::kTurbo4, 0},
+      {64, 4, 4, 32, KvFormat::kTurbo2, 0},          {256, 1, 16, 64, KvFormat::kTurbo3, 0},
+      {128, 4, 8, 64, KvFormat::kTurbo3, 300},       {128, 2, 20, 16, KvFormat::kTurbo2, 0},
       {128, 4, 16, 32, KvFormat::kTurbo4, 0, false}, {128, 2, 16, 64, KvFormat::kTurbo3, 100},
       {256, 2, 16, 16, KvFormat::kTurbo4, 0},        {64, 1, 8, 64, KvFormat::kTurbo3, 0},
   };
