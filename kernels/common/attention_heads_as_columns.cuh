@@ -18,9 +18,10 @@ inline constexpr int kMaxColumnHeads = 8;
 
 inline Plan HeadsAsColumnsPlan() { return Plan{}; }  // one head tile, one CTA per kv head
 
-// Five CTAs (20 warps) per SM for D <= 128: at most 102 registers, and 5 x 41 KB of shared memory.
+// Four CTAs (16 warps) per SM for D <= 128, as many as 4 x 46 KB of shared memory allow (stages
+// and the ring of row addresses): up to 128 registers.
 template <int kHeadDim, int kVBits, bool kSparse>
-__global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 5)
+__global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
     HeadsAsColumnsKernel(AttentionParams p, PositionSource src, Plan plan, float* parts) {
   using St = Stage<kHeadDim, kVBits>;
   constexpr int kSteps = kHeadDim / 16;  // k-steps of K·Qᵀ, and m-tiles of Vᵀ·Pᵀ
@@ -77,7 +78,7 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 5)
       }
     }
     // Online softmax down the columns: c0, c1 = (position g, heads 2t, 2t + 1); c2, c3 = g + 8.
-    const bool valid0 = st.pos[base + g] >= 0, valid1 = st.pos[base + g + 8] >= 0;
+    const bool valid0 = st.slots[base + g] >= 0, valid1 = st.slots[base + g + 8] >= 0;
     float sc[4];
     sc[0] = valid0 ? (s_acc[0] + s_odd[0]) * qk_scale : -INFINITY;
     sc[1] = valid0 ? (s_acc[1] + s_odd[1]) * qk_scale : -INFINITY;
@@ -134,7 +135,7 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 5)
   });
 
   // Finish the sums down the columns, then merge the 4 warps through shared memory (the stages
-  // are free now) into one part per CTA.
+  // are free now) into one part per CTA, or, when the CTA is its heads' only one, the output.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -160,8 +161,21 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 5)
     }
   }
   __syncthreads();
-  WriteParts<kHeadDim, kMaxColumnHeads>(merge, 1, kWarps, 0, group, parts, first_q_head,
-                                        plan.parts(), split);
+  if (plan.parts() > 1) {
+    WriteParts<kHeadDim, kMaxColumnHeads>(merge, 1, kWarps, 0, group, parts, first_q_head,
+                                          plan.parts(), split);
+    return;
+  }
+  // The only part of its heads: finish them here, without the combining kernel.
+  float* x = merge + kWarps * kMaxColumnHeads * kRow;  // [head][D]
+  static_assert((kWarps + 1) * kMaxColumnHeads * kRow * 4 <= kStages * St::kBytes,
+                "output area exceeds the stages");
+  MergeWarps<kHeadDim, kMaxColumnHeads>(merge, 1, kWarps, 0, group,
+                                        [&](int local, int e, float, float sum, float o) {
+                                          x[local * kHeadDim + e] = Normalized(o, sum, p);
+                                        });
+  __syncthreads();
+  RotateBackAndWrite<kHeadDim>(x, group, p, first_q_head);
 }
 
 }  // namespace kvp::attention

@@ -102,8 +102,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       float tile_max[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        const bool v0 = st.pos[base + h * 8 + 2 * t] >= 0;
-        const bool v1 = st.pos[base + h * 8 + 2 * t + 1] >= 0;
+        const bool v0 = st.slots[base + h * 8 + 2 * t] >= 0;
+        const bool v1 = st.slots[base + h * 8 + 2 * t + 1] >= 0;
         sc[h][0] = v0 ? s_acc[h][0] * qk_scale : -INFINITY;
         sc[h][1] = v1 ? s_acc[h][1] * qk_scale : -INFINITY;
         sc[h][2] = v0 ? s_acc[h][2] * qk_scale : -INFINITY;

@@ -3,7 +3,9 @@
 // per (q head, split of the positions) with one of two layouts of the heads in the mma fragments
 // (attention_heads_as_columns.cuh for at most 8 q heads per kv head, attention_heads_as_rows.cuh
 // for more); the second merges the parts of each q head, applies the inverse Walsh-Hadamard
-// rotation once and writes the output. This file picks the kernel, sizes the split and launches.
+// rotation once and writes the output. When a heads-as-columns CTA is its heads' only part (a
+// batch large enough to fill the GPU without splitting), it writes their outputs itself and the
+// second kernel is not launched. This file picks the kernel, sizes the split and launches.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -81,24 +83,9 @@ __global__ void __launch_bounds__(kHeadDim* kLanes)
 #pragma unroll
     for (int l = 0; l < kLanes; ++l) o += lane_sums[l][e];
   }
-  if (lane == 0) x[e] = sum > 0.0f ? o / sum * p.cache.v_codec.scale : 0.0f;  // DecodeValuePair
+  if (lane == 0) x[e] = Normalized(o, sum, p);
   __syncthreads();
-  const LayerCache& c = p.cache;
-  if (TraitsOf(c.v_codec.format).turbo && c.v_codec.rotate) {
-#pragma unroll
-    for (int h = 1; h < kHeadDim; h *= 2) {
-      const float mine = x[e], other = x[e ^ h];
-      __syncthreads();
-      if (lane == 0) x[e] = (e & h) ? other - mine : mine + other;
-      __syncthreads();
-    }
-    if (lane == 0) {
-      const float v = x[e] * InvSqrtHeadDim(kHeadDim);
-      x[e] = c.v_codec.signs.Negative(e) ? -v : v;
-    }
-    __syncthreads();
-  }
-  if (lane == 0) p.out[(int64_t{seq} * p.num_q_heads + qh) * kHeadDim + e] = x[e];
+  RotateBackAndWrite<kHeadDim>(x, 1, p, int64_t{seq} * p.num_q_heads + qh);
 }
 
 // One parts kernel with what its launch needs: set up once per instantiation (shared-memory
@@ -195,7 +182,9 @@ LaunchStatus LaunchAttention(const AttentionParams& p, const PositionSource& src
     const dim3 grid(plan.splits, p.cache.num_kv_heads * plan.ctas_per_kv_head(), p.num_seqs);
     k.kernel<<<grid, kWarps * 32, k.shared_bytes, stream>>>(p, src, plan, parts);
     const dim3 heads(p.num_q_heads, p.num_seqs);
-    if (plan.parts() <= kManyParts) {
+    if (plan.parts() == 1 && k.heads_as_columns) {
+      // The parts kernel wrote the outputs itself.
+    } else if (plan.parts() <= kManyParts) {
       AttentionCombineKernel<kD, 1><<<heads, kD, 0, stream>>>(p, plan.parts(), parts);
     } else {
       AttentionCombineKernel<kD, 4>

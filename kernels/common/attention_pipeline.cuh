@@ -68,8 +68,7 @@ inline size_t PartialBytes(const AttentionParams& p, const Plan& plan) {
 }
 
 // Shared-memory layout of one pipeline stage: K rows padded by 16 bytes (conflict-free 16-byte
-// reads), V code rows, V scale rows. What the consumer gets: those, and each staged position
-// (-1 = masked).
+// reads), V code rows, V scale rows. What the consumer gets: those, and which positions are real.
 template <int kHeadDim, int kVBits>
 struct Stage {
   static constexpr int kKRow = kHeadDim + 16;
@@ -81,10 +80,10 @@ struct Stage {
   static constexpr int kBytes = kKBytes + kVBytes + kSBytes;
   static_assert(kKBytes % 16 == 0 && kVBytes % 16 == 0 && kSBytes % 16 == 0);
 
-  const uint8_t* k;    // [kChunk][kKRow]
-  const uint8_t* v;    // [kChunk][kVRow]
-  const uint8_t* s;    // [kChunk][kSRow]
-  const int32_t* pos;  // [kChunk]: >= 0 for a real position, -1 for a masked one
+  const uint8_t* k;      // [kChunk][kKRow]
+  const uint8_t* v;      // [kChunk][kVRow]
+  const uint8_t* s;      // [kChunk][kSRow]
+  const int32_t* slots;  // [kChunk]: a position's slot in its block, -1 if masked
 };
 
 // The rows of the chunks being staged: per position its slot in its block (-1 = masked) and the
@@ -370,12 +369,13 @@ template <int kHeadDim>
 inline constexpr int kRowFloats = kHeadDim + 2;
 
 // Each warp has written its (max, sum, acc) for `kRows` heads into merge[warp][row]; the warps
-// of a set (warps_per_set consecutive warps covering the same heads) are merged into one part of
-// each of their heads. Set s, row r is local q head first_local + s·kRows + r of the kv head; heads
-// at or past `group` are padding.
-template <int kHeadDim, int kRows>
-__device__ void WriteParts(const float* merge, int sets, int warps_per_set, int first_local,
-                           int group, float* parts, int64_t first_q_head, int parts_n, int split) {
+// of a set (warps_per_set consecutive warps covering the same heads) are merged into one
+// (max, sum, acc) per head, handed element by element to emit(local head, e, max, sum, acc[e]).
+// Set s, row r is local q head first_local + s·kRows + r of the kv head; heads at or past `group`
+// are padding.
+template <int kHeadDim, int kRows, class Emit>
+__device__ void MergeWarps(const float* merge, int sets, int warps_per_set, int first_local,
+                           int group, Emit&& emit) {
   constexpr int kRow = kRowFloats<kHeadDim>;
   for (int i = threadIdx.x; i < sets * kRows * kHeadDim; i += blockDim.x) {
     const int e = i % kHeadDim, row = (i / kHeadDim) % kRows, set = i / (kHeadDim * kRows);
@@ -393,12 +393,62 @@ __device__ void WriteParts(const float* merge, int sets, int warps_per_set, int 
         o += scale * part[2 + e];
       }
     }
-    float* out = parts + ((first_q_head + local) * parts_n + split) * kRow;
-    if (e == 0) {
-      out[0] = max_m;
-      out[1] = sum;
+    emit(local, e, max_m, sum, o);
+  }
+}
+
+// One part per q head of the merged warps: parts[q head][split] = (max, sum, acc[D]).
+template <int kHeadDim, int kRows>
+__device__ void WriteParts(const float* merge, int sets, int warps_per_set, int first_local,
+                           int group, float* parts, int64_t first_q_head, int parts_n, int split) {
+  MergeWarps<kHeadDim, kRows>(merge, sets, warps_per_set, first_local, group,
+                              [&](int local, int e, float max_m, float sum, float o) {
+                                float* out = parts + ((first_q_head + local) * parts_n + split) *
+                                                         kRowFloats<kHeadDim>;
+                                if (e == 0) {
+                                  out[0] = max_m;
+                                  out[1] = sum;
+                                }
+                                out[2 + e] = o;
+                              });
+}
+
+// The output of a q head from its merged sum and accumulator element (rotated domain): the
+// layer's v_scale applies here, once (DecodeValuePair leaves it out).
+__device__ __forceinline__ float Normalized(float o, float sum, const AttentionParams& p) {
+  return sum > 0.0f ? o / sum * p.cache.v_codec.scale : 0.0f;
+}
+
+// x holds `heads` normalized outputs of D floats each (rotated domain) in shared memory, and
+// every thread of the block has passed a __syncthreads since they were written. Applies the
+// inverse Walsh-Hadamard rotation when the layer has one (one thread per butterfly, one barrier
+// per stage) and writes q heads first_q_head, ... of p.out.
+template <int kHeadDim>
+__device__ void RotateBackAndWrite(float* x, int heads, const AttentionParams& p,
+                                   int64_t first_q_head) {
+  const LayerCache& c = p.cache;
+  const int n = heads * kHeadDim;
+  const bool rotate = TraitsOf(c.v_codec.format).turbo && c.v_codec.rotate;
+  if (rotate) {
+#pragma unroll 1
+    for (int h = 1; h < kHeadDim; h *= 2) {
+      for (int k = threadIdx.x; k < n / 2; k += blockDim.x) {
+        const int i = (k / h) * 2 * h + k % h;  // the pair (i, i + h), bit h of i clear
+        const float a = x[i], b = x[i + h];
+        x[i] = a + b;
+        x[i + h] = a - b;
+      }
+      __syncthreads();
     }
-    out[2 + e] = o;
+  }
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    const int e = i % kHeadDim;
+    float v = x[i];
+    if (rotate) {
+      v *= InvSqrtHeadDim(kHeadDim);
+      if (c.v_codec.signs.Negative(e)) v = -v;
+    }
+    p.out[(first_q_head + i / kHeadDim) * kHeadDim + e] = v;
   }
 }
 
