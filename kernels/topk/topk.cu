@@ -5,6 +5,10 @@
 // reference's exactly. Barriers between the passes are per row (rows never wait for each other, and
 // few CTAs share a counter); the launch is cooperative so every CTA is resident. A CTA reads its
 // slice once: thread t keeps the keys of elements [16 t, 16 t + 16) in registers for all passes.
+// The workspace needs no zeroing before the launch: each row's first CTA clears the row's
+// counter and histograms, and one grid-wide barrier orders that before any use.
+#include <cooperative_groups.h>
+
 #include <cstdint>
 
 #include "kernels/topk/topk_launch.h"
@@ -22,7 +26,8 @@ constexpr int kElementsPerCta = 4096;  // enough work per CTA to amortize the ba
 constexpr int kPerThread = kElementsPerCta / kThreads;                  // keys a thread holds
 constexpr int64_t kMaxRowLength = int64_t{kThreads} * kElementsPerCta;  // CTAs per row <= kThreads
 
-// Workspace: per-row barrier counters, per-row histograms of each pass, per-CTA counts.
+// Workspace: per-row barrier counters, per-row histograms of each pass, per-CTA counts; cleared
+// by the kernel itself.
 struct Layout {
   int rows = 0;  // rows per launch
   int ctas_per_row = 1;
@@ -31,7 +36,6 @@ struct Layout {
     return size_t(kPasses) * rows * kBins * sizeof(uint32_t);
   }
   size_t counts_bytes() const { return size_t(rows) * ctas_per_row * 2 * sizeof(uint32_t); }
-  size_t zeroed_bytes() const { return barrier_bytes() + hist_bytes(); }
   size_t total() const { return barrier_bytes() + hist_bytes() + counts_bytes(); }
 };
 
@@ -111,6 +115,15 @@ __global__ void __launch_bounds__(kThreads)
     s_k_rem = static_cast<uint32_t>(p.k);
     s_take_all = 0;
   }
+  if (cta == 0) {
+    if (threadIdx.x == 0) *barrier = 0u;
+    for (int pass = 0; pass < kPasses; ++pass) {
+      uint32_t* h = ghist + (size_t(pass) * layout.rows + row_local) * kBins;
+      for (int b = threadIdx.x; b < kBins; b += kThreads) h[b] = 0u;
+    }
+  }
+  __threadfence();
+  cooperative_groups::this_grid().sync();  // the clearing is done everywhere
   __syncthreads();
 
   unsigned int phase = 0;
@@ -260,8 +273,6 @@ LaunchStatus TopkLaunch(const TopkParams& p, void* workspace, size_t workspace_b
   if (workspace_bytes < layout.total()) return LaunchStatus{cudaErrorInvalidValue, nullptr};
   uint8_t* ws = static_cast<uint8_t*>(workspace);
   for (int row0 = 0; row0 < p.num_rows; row0 += layout.rows) {
-    const cudaError_t zero = cudaMemsetAsync(ws, 0, layout.zeroed_bytes(), stream);
-    if (zero != cudaSuccess) return LaunchStatus{zero, nullptr};
     TopkParams params = p;
     int first = row0;
     void* args[] = {&params, &first, &layout, &ws};
