@@ -38,6 +38,21 @@ absl::StatusOr<T*> CudaExecutor::Upload(const std::vector<T>& host, CudaWorkspac
   return static_cast<T*>(dev);
 }
 
+SyntheticTokensParams CudaExecutor::SyntheticTokens(int layer, const int32_t* tokens, int64_t n,
+                                                    void* k, void* v, void* index_k) const {
+  SyntheticTokensParams p;
+  p.config = SyntheticConfigOf(ctx_.model);
+  p.layer = layer;
+  p.num_kv_heads = ctx_.spec.num_kv_heads;
+  p.head_dim = ctx_.spec.head_dim;
+  p.tokens = tokens;
+  p.num_tokens = n;
+  p.k = static_cast<Bf16*>(k);
+  p.v = static_cast<Bf16*>(v);
+  p.index_k = static_cast<Bf16*>(index_k);
+  return p;
+}
+
 absl::Status CudaExecutor::Copy(const std::vector<BlockCopyPair>& copies) {
   const int64_t stride = layout_.block_stride();
   for (const auto& [from, to] : copies) {
@@ -67,17 +82,8 @@ absl::Status CudaExecutor::Prefill(const PrefillWork& work) {
         ASSIGN_OR_RETURN(index_k, Upload(host.index_k, index_k_));
       }
     } else {
-      SyntheticTokensParams p;
-      p.config = SyntheticConfigOf(ctx_.model);
-      p.layer = l;
-      p.num_kv_heads = ctx_.spec.num_kv_heads;
-      p.head_dim = ctx_.spec.head_dim;
-      p.tokens = tokens;
-      p.num_tokens = n;
+      SyntheticTokensParams p = SyntheticTokens(l, tokens, n, k, v, indexer ? index_k : nullptr);
       p.first_position = static_cast<int32_t>(work.first_position);
-      p.k = static_cast<Bf16*>(k);
-      p.v = static_cast<Bf16*>(v);
-      p.index_k = indexer ? static_cast<Bf16*>(index_k) : nullptr;
       RETURN_IF_ERROR(SyntheticTokensCuda(p, stream_));
     }
     RETURN_IF_ERROR(CacheWriteCuda(
@@ -149,17 +155,9 @@ absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::Decode(const DecodeW
   for (int l = 0; l < ctx_.spec.num_layers; ++l) {
     const LayerCache cache = layout_.Layer(base_, ctx_.num_blocks, l);
     if (synthetic_tokens) {
-      SyntheticTokensParams p;
-      p.config = synth;
-      p.layer = l;
-      p.num_kv_heads = ctx_.spec.num_kv_heads;
-      p.head_dim = d;
-      p.tokens = d_tokens;
-      p.num_tokens = n;
+      SyntheticTokensParams p =
+          SyntheticTokens(l, d_tokens, n, kv_k, kv_v, indexer ? idx_k : nullptr);
       p.positions = d_positions;
-      p.k = static_cast<Bf16*>(kv_k);
-      p.v = static_cast<Bf16*>(kv_v);
-      p.index_k = indexer ? static_cast<Bf16*>(idx_k) : nullptr;
       RETURN_IF_ERROR(SyntheticTokensCuda(p, stream_));
     } else {
       FillDecodeTokenInputs(work, ctx_, l, &host_tokens);

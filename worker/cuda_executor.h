@@ -31,6 +31,11 @@ class CudaExecutor : public Executor {
   template <typename T>
   absl::StatusOr<T*> Upload(const std::vector<T>& host, CudaWorkspace& buffer);
   absl::Status Copy(const std::vector<BlockCopyPair>& copies);
+  // What prefill and decode ask of the synthetic generator alike: K and V (and index keys when
+  // `index_k` is not null) of the `n` tokens `tokens` (device) of layer `layer`. The caller says
+  // where the tokens' positions come from.
+  SyntheticTokensParams SyntheticTokens(int layer, const int32_t* tokens, int64_t n, void* k,
+                                        void* v, void* index_k) const;
 
   BlockLayout layout_;
   uint8_t* base_;
