@@ -5,19 +5,19 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kvpool/layout/layer_cache.h"
-#include "protocol/block_tables.h"
+#include "protocol/lists.h"
 
 namespace kvp {
 namespace {
 
-absl::StatusOr<std::vector<BlockCopyPair>> CopiesFromWire(
-    capnp::List<wire::BlockCopy>::Reader list, const JobContext& ctx) {
+absl::StatusOr<std::vector<BlockCopyPair>> CopiesFromWire(capnp::List<wire::BlockCopy>::Reader list,
+                                                          const JobContext& ctx) {
   std::vector<BlockCopyPair> copies;
   for (auto c : list) {
     for (int32_t b : {c.getSource(), c.getTarget()}) {
       if (b < 0 || b >= ctx.num_blocks) {
-        return absl::OutOfRangeError(absl::StrCat("block copy names block ", b, "; the arena has ",
-                                                  ctx.num_blocks));
+        return absl::OutOfRangeError(
+            absl::StrCat("block copy names block ", b, "; the arena has ", ctx.num_blocks));
       }
     }
     copies.emplace_back(c.getSource(), c.getTarget());
@@ -52,9 +52,8 @@ absl::StatusOr<PrefillWork> PrefillWorkFromWire(wire::PrefillJob::Reader job,
   }
   ASSIGN_OR_RETURN(w.copies, CopiesFromWire(job.getCopies(), ctx));
   if (job.hasActivations()) {
-    ASSIGN_OR_RETURN(w.activations,
-                     ActivationsFromWire(job.getActivations(), ctx.spec,
-                                         static_cast<uint32_t>(w.tokens.size())));
+    ASSIGN_OR_RETURN(w.activations, ActivationsFromWire(job.getActivations(), ctx.spec,
+                                                        static_cast<uint32_t>(w.tokens.size())));
   }
   return w;
 }
@@ -71,27 +70,28 @@ absl::StatusOr<DecodeWork> DecodeWorkFromWire(wire::DecodeJob::Reader job, const
     step.position = static_cast<int64_t>(s.getPosition());
     step.slot = s.getSlot();
     RETURN_IF_ERROR(CheckSlot(step.slot, ctx));
-    std::vector<int32_t>& held = tables[step.sequence];
+    HeldBlockTable& held = tables[step.sequence];
     const size_t from = s.getBlockTableFrom();
     if (from > held.size()) {
       return absl::AbortedError(absl::StrCat("sequence ", step.sequence, ": the block table ",
                                              "continues after block ", from, " but this worker ",
                                              "holds ", held.size()));
     }
-    step.block_table.assign(held.begin(), held.begin() + static_cast<std::ptrdiff_t>(from));
-    for (int32_t b : s.getBlockTable()) step.block_table.push_back(b);
-    if (BlockTableHash(step.block_table) != s.getBlockTableHash()) {
-      return absl::AbortedError(absl::StrCat("sequence ", step.sequence, ": the rebuilt block ",
-                                             "table does not match kvpoold's"));
-    }
-    held = step.block_table;
-    for (int32_t b : step.block_table) {
+    // Only the new blocks are checked and hashed: what is held was checked when it came.
+    const std::vector<int32_t> tail = ListToVector<int32_t>(s.getBlockTable());
+    for (int32_t b : tail) {
       if (b < 0 || b >= ctx.num_blocks) {
         return absl::OutOfRangeError(absl::StrCat("sequence ", step.sequence, ": block ", b,
                                                   " is outside the arena's ", ctx.num_blocks,
                                                   " blocks"));
       }
     }
+    held.Replace(from, tail);
+    if (held.hash() != s.getBlockTableHash()) {
+      return absl::AbortedError(absl::StrCat("sequence ", step.sequence, ": the rebuilt block ",
+                                             "table does not match kvpoold's"));
+    }
+    step.block_table.assign(held.blocks().begin(), held.blocks().end());
     if (BlocksForTokens(step.position + 1, ctx.spec.block_size) >
         static_cast<int64_t>(step.block_table.size())) {
       return absl::OutOfRangeError(absl::StrCat("sequence ", step.sequence, ": position ",
@@ -100,8 +100,8 @@ absl::StatusOr<DecodeWork> DecodeWorkFromWire(wire::DecodeJob::Reader job, const
     }
     if (SlotOfPosition(step.block_table.data(), step.position, ctx.spec.block_size) != step.slot) {
       return absl::InvalidArgumentError(absl::StrCat("sequence ", step.sequence, ": slot ",
-                                                     step.slot, " is not position ",
-                                                     step.position, " of its block table"));
+                                                     step.slot, " is not position ", step.position,
+                                                     " of its block table"));
     }
     ASSIGN_OR_RETURN(step.copies, CopiesFromWire(s.getCopies(), ctx));
     if (s.hasActivations()) {
@@ -117,8 +117,8 @@ absl::StatusOr<DecodeWork> DecodeWorkFromWire(wire::DecodeJob::Reader job, const
                                                   n.getPosition(), " is not before position ",
                                                   step.position));
       }
-      step.needle = SyntheticNeedle{static_cast<int32_t>(n.getPosition()), n.getToken(),
-                                    n.getGain()};
+      step.needle =
+          SyntheticNeedle{static_cast<int32_t>(n.getPosition()), n.getToken(), n.getGain()};
     }
     w.steps.push_back(std::move(step));
   }

@@ -13,8 +13,9 @@
 #include "kernels/synthetic/synthetic_fill.h"
 #include "kvpool/layout/pool_spec.h"
 #include "protocol/activations_codec.h"
-#include "protocol/outputs_codec.h"
+#include "protocol/block_tables.h"
 #include "protocol/kvpool.capnp.h"
+#include "protocol/outputs_codec.h"
 #include "protocol/spec_codec.h"
 
 namespace kvp {
@@ -57,11 +58,12 @@ struct JobContext {
 
 // The block table this worker holds for each sequence: decode jobs send only what changed
 // (protocol/block_tables.h). One per registration with kvpoold.
-using BlockTableCache = absl::flat_hash_map<uint64_t, std::vector<int32_t>>;
+using BlockTableCache = absl::flat_hash_map<uint64_t, HeldBlockTable>;
 
 // Decoded and checked: OUT_OF_RANGE for a block id, slot or position outside the arena or the
 // block table, INVALID_ARGUMENT for malformed tensors or lists.
-absl::StatusOr<PrefillWork> PrefillWorkFromWire(wire::PrefillJob::Reader job, const JobContext& ctx);
+absl::StatusOr<PrefillWork> PrefillWorkFromWire(wire::PrefillJob::Reader job,
+                                                const JobContext& ctx);
 // Rebuilds each step's block table from `tables` and the job's delta, and updates `tables`.
 // ABORTED when a table cannot be rebuilt (kvpoold and this worker disagree on what it holds): the
 // caller should clear `tables`, so that kvpoold's next job sends whole tables.
