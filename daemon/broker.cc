@@ -10,7 +10,6 @@
 #include "base/status_macros.h"
 #include "kvpool/format/kv_format_names.h"
 #include "protocol/activations_codec.h"
-#include "protocol/block_tables.h"
 #include "protocol/lists.h"
 #include "protocol/status_codec.h"
 
@@ -187,7 +186,7 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
   if (r.hasActivations()) {
     CopyActivationRows(r.getActivations(), hits, count, job.initActivations());
   }
-  Enqueue(Job{Role::kPrefill, from, id, lease, {seq}, hits, std::move(message), {}, 0, 0,
+  Enqueue(Job{Role::kPrefill, from, id, lease, {seq}, hits, std::move(message), 0, 0,
               clock_->NowMicros(), false, 0},
           out);
   return absl::OkStatus();
@@ -235,7 +234,6 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
   job.setOutputLayers(r.getOutputLayers());
   auto job_steps = job.initSteps(steps.size());
   std::vector<SeqId> planned;
-  std::vector<std::vector<BlockId>> tables;
   for (unsigned i = 0; i < steps.size(); ++i) {
     const auto s = steps[i];
     const SeqId seq = s.getSequence();
@@ -252,15 +250,14 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
     js.setToken(token);
     js.setPosition(static_cast<uint64_t>(position));
     js.setSlot(plan->slots.at(0));
-    tables.push_back(*sequences.Blocks(seq));
     SetCopies(plan->copies, js.initCopies(plan->copies.size()));
     if (s.hasActivations()) js.setActivations(s.getActivations());
     if (s.hasQueries()) js.setQueries(s.getQueries());
     if (s.hasNeedle()) js.setNeedle(s.getNeedle());
   }
   const int64_t now = clock_->NowMicros();
-  Enqueue(Job{Role::kDecode, from, id, lease, std::move(planned), 0, std::move(message),
-              std::move(tables), 0, 0, now, false, now - started},
+  Enqueue(Job{Role::kDecode, from, id, lease, std::move(planned), 0, std::move(message), 0, 0,
+              now, false, now - started},
           out);
   return absl::OkStatus();
 }
@@ -276,7 +273,7 @@ absl::Status Broker::HandleAppend(const std::string& from, uint64_t id,
   a.setPrefixHitTokens(plan.prefix_hit_tokens);
   FillList(a.initSlots(plan.slots.size()), plan.slots);
   SetCopies(plan.copies, a.initCopies(plan.copies.size()));
-  const std::vector<BlockId> blocks = *pool_->sequences().Blocks(seq);
+  const absl::Span<const BlockId> blocks = *pool_->sequences().Blocks(seq);
   FillList(a.initBlockTable(blocks.size()), blocks);
   Reply(out, from, std::move(reply));
   return absl::OkStatus();
@@ -579,14 +576,17 @@ EnvelopeBuilder Broker::DecodeJobFor(const Job& job, LeaseId worker) {
   auto& held = sent_tables_[worker];
   auto steps = dj.getSteps();
   for (unsigned i = 0; i < steps.size(); ++i) {
-    const std::vector<BlockId>& table = job.tables[i];
-    std::vector<BlockId>& known = held[steps[i].getSequence()];
-    const size_t from = CommonPrefix(known, table);
+    const SeqId seq = steps[i].getSequence();
+    // A job's sequences outlive it (EndClient defers a running job's); were one gone, its empty
+    // table would fail the step at the worker rather than here.
+    const absl::StatusOr<absl::Span<const BlockId>> blocks = pool_->sequences().Blocks(seq);
+    const absl::Span<const BlockId> table = blocks.ok() ? *blocks : absl::Span<const BlockId>();
+    HeldBlockTable& known = held[seq];
+    const size_t from = CommonPrefix(known.blocks(), table);
+    known.Replace(from, table.subspan(from));
     steps[i].setBlockTableFrom(static_cast<uint32_t>(from));
-    steps[i].setBlockTableHash(BlockTableHash(table));
-    FillList(steps[i].initBlockTable(table.size() - from),
-             std::span<const BlockId>(table).subspan(from));
-    known = table;
+    steps[i].setBlockTableHash(known.hash());
+    FillList(steps[i].initBlockTable(table.size() - from), table.subspan(from));
   }
   if (auto f = forget_.find(worker); f != forget_.end()) {
     FillList(dj.initForget(f->second.size()), f->second);

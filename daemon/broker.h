@@ -29,6 +29,7 @@
 #include "daemon/metrics.h"
 #include "kvpool/pool/clock.h"
 #include "kvpool/pool/pool.h"
+#include "protocol/block_tables.h"
 #include "protocol/framing.h"
 #include "protocol/spec_codec.h"
 #include "protocol/wire_limits.h"
@@ -87,8 +88,9 @@ class Broker {
     LeaseId client_lease = 0;
     std::vector<SeqId> sequences;
     int32_t prefix_hit_tokens = 0;
-    EnvelopeBuilder message;  // prefill: the job as sent; decode: all but the block tables
-    std::vector<std::vector<BlockId>> tables;  // decode: each step's block table
+    // Prefill: the job as sent. Decode: all but the block tables, which are read from the pool
+    // when the job is sent (they cannot change while the job holds the sequences busy).
+    EnvelopeBuilder message;
     int attempts = 0;
     LeaseId worker = 0;  // 0 while queued
     int64_t submitted_micros = 0;
@@ -166,7 +168,7 @@ class Broker {
   absl::flat_hash_map<LeaseId, int> deferred_;  // expired clients: running jobs left
   // Per decode worker, the block table it holds for each sequence (what was last sent), and the
   // sequences it may forget; decode jobs carry only what changed (protocol/block_tables.h).
-  absl::flat_hash_map<LeaseId, absl::flat_hash_map<SeqId, std::vector<BlockId>>> sent_tables_;
+  absl::flat_hash_map<LeaseId, absl::flat_hash_map<SeqId, HeldBlockTable>> sent_tables_;
   absl::flat_hash_map<LeaseId, std::vector<SeqId>> forget_;
   BrokerMetrics metrics_;
 };

@@ -34,9 +34,9 @@ absl::StatusOr<AppendPlan> SequenceTable::Append(SeqId seq, LeaseId lease,
   }
   Pending p;
   p.old_length = s.length;
-  p.old_blocks = s.blocks;
+  p.old_block_count = s.blocks.size();
   p.tokens.assign(tokens.begin(), tokens.end());
-  std::vector<BlockId> blocks = s.blocks;
+  std::vector<BlockId>& blocks = s.blocks;  // changed in place; Abort undoes
   size_t next = 0;
 
   // Prefix hits: only a sequence that starts empty can take whole committed blocks.
@@ -47,12 +47,16 @@ absl::StatusOr<AppendPlan> SequenceTable::Append(SeqId seq, LeaseId lease,
       hash = ChainPrefixHash(hash, block_tokens);
       const std::optional<BlockId> hit = allocator_->FindPrefix(hash, block_tokens);
       if (!hit.has_value()) break;
-      RETURN_IF_ERROR(allocator_->AddRef(lease, *hit));
+      if (absl::Status ref = allocator_->AddRef(lease, *hit); !ref.ok()) {
+        for (BlockId b : p.hit_blocks) allocator_->Release(lease, b).IgnoreError();
+        if (created) seqs_.erase(it);
+        return ref;
+      }
       p.hit_blocks.push_back(*hit);
-      blocks.push_back(*hit);
       next += block_size_;
     }
     p.plan.prefix_hit_tokens = static_cast<int32_t>(next);
+    blocks.insert(blocks.end(), p.hit_blocks.begin(), p.hit_blocks.end());
   }
 
   const int64_t start = s.length + static_cast<int64_t>(next);
@@ -65,6 +69,7 @@ absl::StatusOr<AppendPlan> SequenceTable::Append(SeqId seq, LeaseId lease,
       allocator_->Reserve(lease, static_cast<int>(fresh + (shared_tail ? 1 : 0)));
   if (!reserved.ok()) {
     for (BlockId b : p.hit_blocks) allocator_->Release(lease, b).IgnoreError();
+    blocks.resize(p.old_block_count);
     if (created) seqs_.erase(it);
     return reserved.status();
   }
@@ -80,7 +85,6 @@ absl::StatusOr<AppendPlan> SequenceTable::Append(SeqId seq, LeaseId lease,
   for (int64_t pos = start; pos < end; ++pos) {
     p.plan.slots.push_back(SlotOfPosition(blocks.data(), pos, block_size_));
   }
-  s.blocks = std::move(blocks);
   s.has_pending = true;
   s.pending = std::move(p);
   return s.pending.plan;
@@ -134,7 +138,10 @@ absl::Status SequenceTable::Abort(SeqId seq) {
   }
   for (BlockId b : s->pending.plan.reserved) RETURN_IF_ERROR(allocator_->Abort(s->owner, b));
   for (BlockId b : s->pending.hit_blocks) RETURN_IF_ERROR(allocator_->Release(s->owner, b));
-  s->blocks = std::move(s->pending.old_blocks);
+  const Pending& p = s->pending;
+  s->blocks.resize(p.old_block_count);
+  // A copy-on-write replaced the partial last block, the only one an append can change.
+  if (!p.plan.copies.empty()) s->blocks.back() = p.plan.copies.front().first;
   s->has_pending = false;
   s->pending = Pending();
   if (s->blocks.empty() && s->length == 0) seqs_.erase(seq);
@@ -193,7 +200,7 @@ absl::StatusOr<bool> SequenceTable::HasPending(SeqId seq) const {
   return it->second.has_pending;
 }
 
-absl::StatusOr<std::vector<BlockId>> SequenceTable::Blocks(SeqId seq) const {
+absl::StatusOr<absl::Span<const BlockId>> SequenceTable::Blocks(SeqId seq) const {
   auto it = seqs_.find(seq);
   if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
   return it->second.blocks;

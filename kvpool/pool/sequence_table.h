@@ -61,7 +61,8 @@ class SequenceTable {
 
   // NOT_FOUND for an unknown sequence.
   absl::StatusOr<int64_t> Length(SeqId seq) const;  // committed tokens
-  absl::StatusOr<std::vector<BlockId>> Blocks(SeqId seq) const;  // a pending append's included
+  // A pending append's blocks included; valid until the sequence next changes.
+  absl::StatusOr<absl::Span<const BlockId>> Blocks(SeqId seq) const;
   absl::StatusOr<LeaseId> Owner(SeqId seq) const;
   // True while an append is planned but neither committed nor aborted.
   absl::StatusOr<bool> HasPending(SeqId seq) const;
@@ -69,9 +70,11 @@ class SequenceTable {
   size_t size() const { return seqs_.size(); }
 
  private:
+  // What Abort needs to undo an append in place: a decode step's append must not copy a table
+  // of hundreds of blocks.
   struct Pending {
     int64_t old_length = 0;
-    std::vector<BlockId> old_blocks;
+    size_t old_block_count = 0;  // the blocks appended come after; a copy replaced the last
     std::vector<int32_t> tokens;  // appended, hits included
     AppendPlan plan;
     std::vector<BlockId> hit_blocks;  // blocks referenced by prefix hits

@@ -48,7 +48,8 @@ absl::StatusOr<std::vector<std::vector<DecodeStepResult>>> RunWorkloadInProcess(
       s.token = token;
       s.position = length;
       s.slot = plan.slots.at(0);
-      ASSIGN_OR_RETURN(s.block_table, sequences.Blocks(seq));
+      ASSIGN_OR_RETURN(absl::Span<const BlockId> blocks, sequences.Blocks(seq));
+      s.block_table.assign(blocks.begin(), blocks.end());
       s.copies = plan.copies;
       s.needle = SyntheticNeedle{static_cast<int32_t>(needle), tokens[i][needle],
                                  config.needle_gain};
