@@ -274,7 +274,7 @@ struct DecodeJob {
 struct JobDone {
   job @0 :UInt64;
   outputs @1 :List(DecodeOutput);  # decode jobs
-  execMicros @2 :UInt64;           # time spent executing it
+  execMicros @2 :UInt64;           # time spent executing it, from after it was decoded
   handleMicros @3 :UInt64;         # from receiving the job to its report (decoding included)
 }
 
