@@ -82,8 +82,8 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(
 
 std::string DecodeBenchTable(const DecodeBenchReport& r) {
   return absl::StrFormat(
-      "service decode step: batch %d, context %d, %d steps, outputs %s; pool: %s q_heads=%d "
-      "topk=%d\n"
+      "service decode step: batch %d, context %d, %d steps, outputs %s, placement %s; pool: %s "
+      "q_heads=%d topk=%d\n"
       "  prefill of the shared prompt      %.3f s\n"
       "  end to end per step (client)      p50 %.3f ms, mean %.3f ms, p99 %.3f ms\n"
       "  kernels per step (worker)         p50 %.3f ms, mean %.3f ms\n"
@@ -91,7 +91,8 @@ std::string DecodeBenchTable(const DecodeBenchReport& r) {
       "  of which (means): worker around the kernels %.3f ms, kvpoold %.3f ms, transport and "
       "wake-ups %.3f ms\n",
       r.config.batch, r.config.context, r.config.steps, OutputsName(r.config.outputs),
-      r.spec.DebugString(), r.model.num_q_heads, r.model.topk, r.prefill_seconds, r.e2e_p50_ms, r.e2e_mean_ms,
+      r.config.placement, r.spec.DebugString(), r.model.num_q_heads, r.model.topk,
+      r.prefill_seconds, r.e2e_p50_ms, r.e2e_mean_ms,
       r.e2e_p99_ms, r.worker_p50_ms, r.worker_mean_ms, 100.0 * r.overhead_fraction(),
       r.worker_handling_ms, r.broker_ms, r.transport_ms);
 }
@@ -102,12 +103,13 @@ std::string DecodeBenchJson(const DecodeBenchReport& r, const std::string& date,
       "{\n  \"bench\": \"service-decode-step\",\n  \"date\": \"%s\",\n  \"host\": \"%s\",\n"
       "  \"device\": \"%s\",\n  \"pool\": \"%s\",\n  \"q_heads\": %d,\n  \"topk\": %d,\n"
       "  \"batch\": %d,\n  \"context\": %d,\n  \"steps\": %d,\n  \"outputs\": \"%s\",\n"
+      "  \"placement\": \"%s\",\n"
       "  \"e2e_p50_ms\": %.4f,\n  \"e2e_mean_ms\": %.4f,\n  \"e2e_p99_ms\": %.4f,\n"
       "  \"worker_p50_ms\": %.4f,\n  \"worker_mean_ms\": %.4f,\n  \"overhead_p50\": %.4f,\n"
       "  \"worker_handling_ms\": %.4f,\n  \"broker_ms\": %.4f,\n  \"transport_ms\": %.4f\n}\n",
       date, host, device, r.spec.DebugString(), r.model.num_q_heads, r.model.topk,
       r.config.batch, r.config.context, r.config.steps, OutputsName(r.config.outputs),
-      r.e2e_p50_ms, r.e2e_mean_ms, r.e2e_p99_ms, r.worker_p50_ms, r.worker_mean_ms,
+      r.config.placement, r.e2e_p50_ms, r.e2e_mean_ms, r.e2e_p99_ms, r.worker_p50_ms, r.worker_mean_ms,
       r.overhead_fraction(), r.worker_handling_ms, r.broker_ms, r.transport_ms);
 }
 

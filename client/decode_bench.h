@@ -19,6 +19,7 @@ struct DecodeBenchConfig {
   int steps = 20;   // timed
   int warmup = 3;   // not timed
   wire::OutputLayers outputs = wire::OutputLayers::LAST;
+  std::string placement = "default";  // how the processes sat on CPUs: recorded, not acted on
 };
 
 struct DecodeBenchReport {

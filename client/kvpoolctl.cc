@@ -57,6 +57,9 @@ ABSL_FLAG(std::string, outputs, "", "what decode replies carry: all, last or non
 ABSL_FLAG(double, needle_gain, 0.35, "bench: how strongly each step's query leans on its needle");
 ABSL_FLAG(int, batch, 64, "bench-decode: sequences per step (forks of one prompt)");
 ABSL_FLAG(int, context, 32768, "bench-decode: prompt tokens");
+ABSL_FLAG(std::string, placement, "default",
+          "bench-decode: how kvpoold, the workers and this client sit on CPUs (for example "
+          "'one core each'), recorded in the report");
 ABSL_FLAG(int, requests, 20000, "bench-control: append + commit pairs");
 ABSL_FLAG(std::string, device, "", "bench: device name recorded in the JSON");
 ABSL_FLAG(bool, json, false, "print JSON instead of a table");
@@ -219,6 +222,7 @@ absl::Status Run(const std::vector<char*>& args) {
     c.batch = absl::GetFlag(FLAGS_batch);
     c.context = absl::GetFlag(FLAGS_context);
     c.steps = absl::GetFlag(FLAGS_steps);
+    c.placement = absl::GetFlag(FLAGS_placement);
     ASSIGN_OR_RETURN(c.outputs,
                      ParseOutputs(absl::GetFlag(FLAGS_outputs), wire::OutputLayers::LAST));
     ProgressBar bar;
