@@ -1,0 +1,42 @@
+// CURVE keys for kvpoold's tcp:// endpoint (DESIGN.md §8): kvpoold holds a secret key and a list
+// of the client public keys it admits; a client holds kvpoold's public key and its own key pair.
+// Keys are ZeroMQ's Z85 text, 40 characters for 32 bytes, one per file (or per line of the
+// allow list; a line starting with '#' is a comment), so they can be made by `kvpoolctl
+// curve-keygen`, by zmq_curve_keypair or by pyzmq and handed around as text.
+#pragma once
+
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "absl/status/statusor.h"
+
+namespace kvp {
+
+struct CurveKeyPair {
+  std::string public_key;  // Z85
+  std::string secret_key;  // Z85
+};
+
+// What a client needs to talk to a CURVE endpoint.
+struct CurveClientKeys {
+  std::string server_public_key;  // Z85: kvpoold's
+  CurveKeyPair own;
+};
+
+absl::StatusOr<CurveKeyPair> NewCurveKeyPair();
+// INVALID_ARGUMENT unless `secret_key` is a Z85 key.
+absl::StatusOr<CurveKeyPair> CurveKeyPairFromSecret(const std::string& secret_key);
+
+// The one key in `path` (surrounding blank lines and comments allowed). NOT_FOUND for a missing
+// file, INVALID_ARGUMENT naming the file for anything but exactly one Z85 key.
+absl::StatusOr<std::string> ReadCurveKeyFile(const std::string& path);
+// Every key in `path`, one per line, as 32 raw bytes each (what ZAP requests carry).
+absl::StatusOr<std::vector<std::string>> ReadCurveKeyListFile(const std::string& path);
+// Writes `key` and a newline to a new file of mode `mode`; ALREADY_EXISTS rather than overwrite.
+absl::Status WriteCurveKeyFile(const std::string& path, const std::string& key, int mode);
+
+// Makes `socket` a CURVE client of the server whose public key `keys` holds. Call before connect.
+void UseCurveClientKeys(zmq::socket_t& socket, const CurveClientKeys& keys);
+
+}  // namespace kvp
