@@ -36,7 +36,8 @@ absl::Status Unexpected(const char* what) {
 Client::Client(ClientOptions options)
     : options_(WithDefaults(std::move(options))),
       context_(1),
-      dealer_(context_, options_.endpoint, options_.name) {
+      dealer_(context_, options_.endpoint, options_.name,
+              options_.curve.has_value() ? &*options_.curve : nullptr) {
   dealer_.set_keep_alive_ms(options_.keep_alive_ms);
 }
 

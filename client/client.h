@@ -32,6 +32,8 @@ struct ClientOptions {
   // How often a client waiting for a reply heartbeats: well inside kvpoold's client lease (30 s
   // by default), so a long job does not outlive the lease of the client waiting for it.
   int keep_alive_ms = 5000;
+  // For kvpoold's tcp:// endpoint, which admits CURVE clients whose public key it lists.
+  std::optional<CurveClientKeys> curve;
 };
 
 struct PrefillResult {

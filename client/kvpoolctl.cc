@@ -7,6 +7,10 @@
 //   kvpoolctl bench [--sequences=16 --prompt=2048 --steps=64 ...] [--json] [--out=FILE]
 //   kvpoolctl bench-control [--requests=20000] [--json] [--out=FILE]
 //   kvpoolctl bench-decode [--batch=64 --context=32768 --steps=20] [--json] [--out=FILE]
+//   kvpoolctl curve-keygen FILE   (a CURVE key pair: FILE holds the secret, FILE.pub the public)
+//
+// Remote kvpoold (its --tcp_endpoint): --endpoint=tcp://HOST:PORT --curve_server_key=FILE
+// --curve_secret_key=FILE, where kvpoold lists this client's public key in --curve_clients_file.
 //
 // Sequences belong to the client name (--name, default "kvpoolctl"), so successive commands see
 // each other's sequences while kvpoold's client lease lasts. Concurrent invocations need distinct
@@ -14,22 +18,24 @@
 #include <unistd.h>
 
 #include <chrono>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <fstream>
-#include <thread>
 #include <iostream>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "base/malloc_tuning.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/malloc_tuning.h"
 #include "base/run_info.h"
 #include "base/status_macros.h"
 #include "client/client.h"
@@ -38,6 +44,7 @@
 #include "client/progress.h"
 #include "client/workload.h"
 #include "kvpool/format/kv_format_names.h"
+#include "protocol/curve.h"
 #include "protocol/endpoints.h"
 
 ABSL_FLAG(std::string, endpoint, "", "kvpoold's endpoint; default ipc://<runtime dir>/kvpoold.sock");
@@ -64,6 +71,10 @@ ABSL_FLAG(int, requests, 20000, "bench-control: append + commit pairs");
 ABSL_FLAG(std::string, device, "", "bench: device name recorded in the JSON");
 ABSL_FLAG(bool, json, false, "print JSON instead of a table");
 ABSL_FLAG(std::string, out, "", "also write the JSON report to this file");
+ABSL_FLAG(std::string, curve_server_key, "",
+          "tcp:// endpoints: file of kvpoold's CURVE public key (Z85; kvpoold logs it)");
+ABSL_FLAG(std::string, curve_secret_key, "",
+          "tcp:// endpoints: file of this client's CURVE secret key (kvpoolctl curve-keygen)");
 ABSL_FLAG(int, wait_workers_ms, 30000, "bench: wait this long for a prefill and a decode worker");
 
 namespace kvp {
@@ -113,13 +124,45 @@ absl::Status WaitForWorkers(Client& client) {
   }
 }
 
+// A new key pair: the secret in `path` (0600), the public key in `path`.pub and on stdout.
+absl::Status CurveKeygen(const std::vector<char*>& args) {
+  if (args.size() != 3) return absl::InvalidArgumentError("curve-keygen takes one FILE");
+  const std::string path = args[2];
+  ASSIGN_OR_RETURN(const CurveKeyPair keys, NewCurveKeyPair());
+  RETURN_IF_ERROR(WriteCurveKeyFile(path, keys.secret_key, 0600));
+  RETURN_IF_ERROR(WriteCurveKeyFile(path + ".pub", keys.public_key, 0644));
+  std::printf("%s\n", keys.public_key.c_str());
+  return absl::OkStatus();
+}
+
+// The client's CURVE keys from the flags: both files or neither.
+absl::StatusOr<std::optional<CurveClientKeys>> CurveKeysFromFlags() {
+  const std::string server = absl::GetFlag(FLAGS_curve_server_key);
+  const std::string secret = absl::GetFlag(FLAGS_curve_secret_key);
+  if (server.empty() && secret.empty()) return std::nullopt;
+  if (server.empty() || secret.empty()) {
+    return absl::InvalidArgumentError("--curve_server_key and --curve_secret_key go together");
+  }
+  CurveClientKeys keys;
+  ASSIGN_OR_RETURN(keys.server_public_key, ReadCurveKeyFile(server));
+  ASSIGN_OR_RETURN(const std::string own_secret, ReadCurveKeyFile(secret));
+  ASSIGN_OR_RETURN(keys.own, CurveKeyPairFromSecret(own_secret));
+  return keys;
+}
+
 absl::Status Run(const std::vector<char*>& args) {
   if (args.size() < 2) return absl::InvalidArgumentError("no command; see --help");
   const std::string command = args[1];
+  if (command == "curve-keygen") return CurveKeygen(args);
   ClientOptions options;
   options.endpoint = absl::GetFlag(FLAGS_endpoint);
   options.name = absl::GetFlag(FLAGS_name);
   options.timeout_ms = absl::GetFlag(FLAGS_timeout_ms);
+  ASSIGN_OR_RETURN(options.curve, CurveKeysFromFlags());
+  if (absl::StartsWith(options.endpoint, "tcp://") && !options.curve.has_value()) {
+    return absl::InvalidArgumentError(
+        "tcp:// endpoints are CURVE only: give --curve_server_key and --curve_secret_key");
+  }
   Client client(options);
 
   if (command == "health") {
@@ -241,7 +284,7 @@ absl::Status Run(const std::vector<char*>& args) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "kvpoolctl COMMAND [ARGS]: health, stats, prefill SEQ, decode SEQ, fork SRC DST, "
-      "release SEQ, bench, bench-control, bench-decode");
+      "release SEQ, bench, bench-control, bench-decode, curve-keygen FILE");
   kvp::KeepFreedMemoryForReuse();
   const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   const absl::Status status = kvp::Run(args);

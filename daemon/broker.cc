@@ -358,6 +358,11 @@ void Broker::ReplyHealth(const std::string& from, uint64_t id, Outbox& out) {
 
 absl::Status Broker::HandleRegister(const std::string& from, uint64_t id,
                                     wire::RegisterRequest::Reader r, Outbox& out) {
+  if (IsRemotePeer(from)) {
+    return absl::PermissionDeniedError(
+        "workers register over kvpoold's local ipc:// endpoint: they attach the arena through "
+        "its fd channel");
+  }
   const PoolSpec& spec = pool_->layout().spec();
   RETURN_IF_ERROR(CheckCapabilities(r.getCapabilities(), spec));
   if (auto it = worker_leases_.find(from); it != worker_leases_.end()) {

@@ -26,6 +26,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
+#include "absl/strings/string_view.h"
 #include "daemon/metrics.h"
 #include "kvpool/pool/clock.h"
 #include "kvpool/pool/pool.h"
@@ -50,6 +52,14 @@ struct BrokerOptions {
   int max_job_attempts = 2;
   WireLimits limits;
 };
+
+// Peers of the tcp:// endpoint are named by this prefix and their routing id, so that no remote
+// client can take a local peer's name (or its sequences); workers must be local (they attach
+// memory through the fd channel), so a remote Register is refused.
+inline constexpr absl::string_view kRemotePeerPrefix = "tcp/";
+inline bool IsRemotePeer(absl::string_view peer) {
+  return absl::StartsWith(peer, kRemotePeerPrefix);
+}
 
 // One message to send on the ROUTER socket: to whom, and its frames.
 struct Outgoing {

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "daemon/http_endpoint.h"
+#include "daemon/zap_handler.h"
 #include "kvpool/arena/unique_fd.h"
 
 namespace kvp {
@@ -36,10 +38,31 @@ absl::StatusOr<UniqueFd> BlockTerminationSignals() {
   return fd;
 }
 
-// Sends one message on the ROUTER socket; a peer that has gone is logged, not fatal.
-void Send(zmq::socket_t& router, Outgoing& message) {
+// A ROUTER socket with kvpoold's options, not yet bound.
+zmq::socket_t NewRouter(zmq::context_t& context, size_t max_message_bytes) {
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::router_mandatory, 1);
+  router.set(zmq::sockopt::router_handover, 1);  // a reconnecting client keeps its identity
+  router.set(zmq::sockopt::sndtimeo, 1000);
+  router.set(zmq::sockopt::linger, 0);
+  // A hard cap far above the typed-error limit: bigger frames drop the connection unread.
+  router.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(2 * max_message_bytes));
+  return router;
+}
+
+absl::Status Bind(zmq::socket_t& socket, const std::string& endpoint) {
   try {
-    router.send(zmq::buffer(message.to), zmq::send_flags::sndmore);
+    socket.bind(endpoint);
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(absl::StrCat("cannot bind ", endpoint, ": ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+// Sends one message on a ROUTER socket to `to`; a peer that has gone is logged, not fatal.
+void Send(zmq::socket_t& router, absl::string_view to, Outgoing& message) {
+  try {
+    router.send(zmq::buffer(to.data(), to.size()), zmq::send_flags::sndmore);
     for (size_t i = 0; i < message.frames.size(); ++i) {
       const bool last = i + 1 == message.frames.size();
       if (!router.send(message.frames[i], last ? zmq::send_flags::none : zmq::send_flags::sndmore)) {
@@ -61,30 +84,59 @@ DaemonLoop::DaemonLoop(DaemonOptions options, const ServedArena* arena, Pool* po
 absl::Status DaemonLoop::Run() {
   ASSIGN_OR_RETURN(UniqueFd signals, BlockTerminationSignals());
   if (!absl::StartsWith(options_.endpoint, "ipc://")) {
-    return absl::UnimplementedError(absl::StrCat(
-        "endpoint ", options_.endpoint, ": only ipc:// is served; tcp:// requires CURVE "
-        "authentication (DESIGN.md §8), which kvpoold does not implement yet"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("endpoint ", options_.endpoint,
+                     ": the local endpoint is ipc://; serve remote clients "
+                     "with --tcp_endpoint, which requires CURVE keys (DESIGN.md §8)"));
   }
   ASSIGN_OR_RETURN(FdChannelServer fd_channel,
                    FdChannelServer::Listen(options_.fd_channel_path, options_.allow));
 
   zmq::context_t context(1);
-  zmq::socket_t router(context, zmq::socket_type::router);
-  router.set(zmq::sockopt::router_mandatory, 1);
-  router.set(zmq::sockopt::router_handover, 1);  // a reconnecting client keeps its identity
-  router.set(zmq::sockopt::sndtimeo, 1000);
-  router.set(zmq::sockopt::linger, 0);
-  // A hard cap far above the typed-error limit: bigger frames drop the connection unread.
-  router.set(zmq::sockopt::maxmsgsize,
-             static_cast<int64_t>(2 * options_.max_message_bytes));
+  zmq::socket_t router = NewRouter(context, options_.max_message_bytes);
   const mode_t old_umask = ::umask(0077);  // the ipc socket file: 0600
-  try {
-    router.bind(options_.endpoint);
-  } catch (const zmq::error_t& e) {
-    ::umask(old_umask);
-    return absl::UnavailableError(absl::StrCat("cannot bind ", options_.endpoint, ": ", e.what()));
-  }
+  const absl::Status bound = Bind(router, options_.endpoint);
   ::umask(old_umask);
+  RETURN_IF_ERROR(bound);
+  // Remote clients: CURVE encrypts and authenticates every connection, the ZAP handler admits
+  // only listed client keys.
+  std::unique_ptr<ZapHandler> zap;
+  std::optional<zmq::socket_t> remote;
+  if (!options_.tcp_endpoint.empty()) {
+    ASSIGN_OR_RETURN(zap, ZapHandler::Bind(context, options_.curve_clients));
+    remote.emplace(NewRouter(context, options_.max_message_bytes));
+    remote->set(zmq::sockopt::curve_server, 1);
+    remote->set(zmq::sockopt::curve_secretkey, options_.curve_secret_key);
+    remote->set(zmq::sockopt::zap_domain, "kvpool");
+    RETURN_IF_ERROR(Bind(*remote, options_.tcp_endpoint));
+    spdlog::info("serving tcp endpoint {} (CURVE, {} client keys admitted)",
+                 remote->get(zmq::sockopt::last_endpoint), options_.curve_clients.size());
+  }
+  // Replies go out on the socket their peer came in on.
+  const auto send = [&](Outgoing& o) {
+    if (remote.has_value() && IsRemotePeer(o.to)) {
+      Send(*remote, absl::string_view(o.to).substr(kRemotePeerPrefix.size()), o);
+    } else {
+      Send(router, o.to, o);
+    }
+  };
+  // Hands what `socket` has ready to the broker, identities prefixed with `prefix`; returns to the
+  // other sources now and then.
+  Outbox out;
+  const auto drain = [&](zmq::socket_t& socket, absl::string_view prefix) {
+    for (int i = 0; i < 256; ++i) {
+      std::vector<zmq::message_t> frames;
+      if (!zmq::recv_multipart(socket, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
+        break;
+      }
+      if (frames.size() < 2) continue;  // an identity with nothing after it
+      const std::string from = absl::StrCat(prefix, frames.front().to_string());
+      frames.erase(frames.begin());
+      broker_->Handle(from, std::move(frames), out);
+      for (Outgoing& o : out) send(o);
+      out.clear();
+    }
+  };
 
   HttpEndpoint http;
   if (options_.metrics_port >= 0) {
@@ -103,31 +155,21 @@ absl::Status DaemonLoop::Run() {
   description.num_blocks = pool_->blocks().num_blocks();
   description.spec = pool_->layout().spec();
 
-  Outbox out;
   int64_t next_tick = clock_->NowMicros();
   int64_t next_watchdog = next_tick;
   int64_t drain_deadline = 0;
   while (true) {
-    zmq::pollitem_t items[] = {{router.handle(), 0, ZMQ_POLLIN, 0},
-                               {nullptr, fd_channel.fd(), ZMQ_POLLIN, 0},
-                               {nullptr, signals.get(), ZMQ_POLLIN, 0}};
+    zmq::pollitem_t items[] = {
+        {router.handle(), 0, ZMQ_POLLIN, 0},
+        {nullptr, fd_channel.fd(), ZMQ_POLLIN, 0},
+        {nullptr, signals.get(), ZMQ_POLLIN, 0},
+        {remote.has_value() ? remote->handle() : nullptr, 0, ZMQ_POLLIN, 0},
+        {zap != nullptr ? zap->socket().handle() : nullptr, 0, ZMQ_POLLIN, 0}};
     const int64_t wait_ms = std::max<int64_t>(0, (next_tick - clock_->NowMicros()) / 1000);
-    zmq::poll(items, 3, std::chrono::milliseconds(wait_ms));
-    if (items[0].revents & ZMQ_POLLIN) {
-      // Drain what is ready, but return to the other sources now and then.
-      for (int i = 0; i < 256; ++i) {
-        std::vector<zmq::message_t> frames;
-        if (!zmq::recv_multipart(router, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
-          break;
-        }
-        if (frames.size() < 2) continue;  // an identity with nothing after it
-        const std::string from = frames.front().to_string();
-        frames.erase(frames.begin());
-        broker_->Handle(from, std::move(frames), out);
-        for (Outgoing& o : out) Send(router, o);
-        out.clear();
-      }
-    }
+    zmq::poll(items, remote.has_value() ? 5 : 3, std::chrono::milliseconds(wait_ms));
+    if (items[0].revents & ZMQ_POLLIN) drain(router, "");
+    if (remote.has_value() && (items[3].revents & ZMQ_POLLIN)) drain(*remote, kRemotePeerPrefix);
+    if (zap != nullptr && (items[4].revents & ZMQ_POLLIN)) zap->AnswerOne();
     if (items[1].revents & ZMQ_POLLIN) {
       absl::StatusOr<FdPeer> peer = fd_channel.Accept(0);
       if (peer.ok()) {
@@ -154,7 +196,7 @@ absl::Status DaemonLoop::Run() {
     const int64_t now = clock_->NowMicros();
     if (now >= next_tick) {
       broker_->Tick(out);
-      for (Outgoing& o : out) Send(router, o);
+      for (Outgoing& o : out) send(o);
       out.clear();
       http.Publish(broker_->MetricsText(), !broker_->draining());
       next_tick = now + options_.tick_millis * 1000;

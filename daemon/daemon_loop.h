@@ -1,5 +1,6 @@
-// kvpoold's event loop: one thread polls the ROUTER socket, the fd channel and a signalfd, feeds
-// the Broker and sends what it returns; every tick it reaps leases, publishes metrics and pings
+// kvpoold's event loop: one thread polls the ROUTER socket (and, when serving tcp://, a second
+// ROUTER with CURVE and its ZAP handler), the fd channel and a signalfd, feeds the Broker and
+// sends what it returns; every tick it reaps leases, publishes metrics and pings
 // systemd's watchdog. SIGTERM or SIGINT starts a drain: new work is refused, jobs in flight
 // finish (or the drain times out), then Run returns.
 #pragma once
@@ -7,18 +8,24 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "daemon/broker.h"
 #include "daemon/served_arena.h"
-#include "protocol/wire_limits.h"
 #include "kvpool/arena/fd_channel.h"
 #include "kvpool/pool/pool.h"
+#include "protocol/wire_limits.h"
 
 namespace kvp {
 
 struct DaemonOptions {
-  std::string endpoint;        // ipc://... (tcp:// needs CURVE, refused for now)
+  std::string endpoint;  // ipc://...: workers and local clients
+  // Optional tcp://... for remote clients, CURVE only: kvpoold's secret key (Z85) and the raw
+  // 32-byte public keys of the clients it admits. Its peers' identities get kRemotePeerPrefix.
+  std::string tcp_endpoint;
+  std::string curve_secret_key;
+  std::vector<std::string> curve_clients;
   std::string fd_channel_path;
   AllowList allow;
   std::string metrics_host = "127.0.0.1";

@@ -11,9 +11,10 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "base/malloc_tuning.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/malloc_tuning.h"
 #include "base/status_macros.h"
 #include "daemon/broker.h"
 #include "daemon/daemon_loop.h"
@@ -22,6 +23,7 @@
 #include "kvpool/layout/block_layout.h"
 #include "kvpool/pool/clock.h"
 #include "kvpool/pool/pool.h"
+#include "protocol/curve.h"
 #include "protocol/endpoints.h"
 #include "protocol/spec_codec.h"
 
@@ -29,6 +31,14 @@ ABSL_FLAG(std::string, runtime_dir, "",
           "directory (mode 0700) of the sockets; default $KVPOOL_RUNTIME_DIR, $RUNTIME_DIRECTORY, "
           "/run/kvpool for root, else $XDG_RUNTIME_DIR/kvpool or /tmp/kvpool-<uid>");
 ABSL_FLAG(std::string, endpoint, "", "ZeroMQ endpoint; default ipc://<runtime_dir>/kvpoold.sock");
+ABSL_FLAG(std::string, tcp_endpoint, "",
+          "also serve remote clients at tcp://HOST:PORT, CURVE only (DESIGN.md §8): needs "
+          "--curve_secret_key_file and --curve_clients_file");
+ABSL_FLAG(std::string, curve_secret_key_file, "",
+          "kvpoold's CURVE secret key, Z85 (kvpoolctl curve-keygen makes one)");
+ABSL_FLAG(std::string, curve_clients_file, "",
+          "the public keys (Z85, one per line; lines starting with # are comments) of the clients "
+          "the tcp endpoint admits");
 ABSL_FLAG(std::string, backend, "auto", "arena: auto (cuda when a GPU is visible), cuda or host");
 ABSL_FLAG(int, gpu, 0, "GPU of the cuda arena");
 ABSL_FLAG(int64_t, arena_mib, 1024, "arena size in MiB");
@@ -99,6 +109,39 @@ absl::StatusOr<std::unique_ptr<ServedArena>> ArenaFromFlags(uint64_t bytes) {
   return CreateHostServedArena(bytes);
 }
 
+// The tcp:// endpoint's flags into `options`: all three or none.
+absl::Status RemoteEndpointFromFlags(DaemonOptions& options) {
+  const std::string endpoint = absl::GetFlag(FLAGS_tcp_endpoint);
+  const std::string secret_file = absl::GetFlag(FLAGS_curve_secret_key_file);
+  const std::string clients_file = absl::GetFlag(FLAGS_curve_clients_file);
+  if (endpoint.empty()) {
+    if (!secret_file.empty() || !clients_file.empty()) {
+      return absl::InvalidArgumentError("CURVE key files given without --tcp_endpoint");
+    }
+    return absl::OkStatus();
+  }
+  if (!absl::StartsWith(endpoint, "tcp://")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tcp_endpoint=", endpoint, ": expected tcp://HOST:PORT"));
+  }
+  if (secret_file.empty() || clients_file.empty()) {
+    return absl::InvalidArgumentError(
+        "--tcp_endpoint needs --curve_secret_key_file and --curve_clients_file: remote clients "
+        "must be authenticated (DESIGN.md §8)");
+  }
+  ASSIGN_OR_RETURN(const std::string secret, ReadCurveKeyFile(secret_file));
+  ASSIGN_OR_RETURN(const CurveKeyPair keys, CurveKeyPairFromSecret(secret));
+  ASSIGN_OR_RETURN(options.curve_clients, ReadCurveKeyListFile(clients_file));
+  if (options.curve_clients.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(clients_file, " lists no client keys: the tcp endpoint would admit nobody"));
+  }
+  options.tcp_endpoint = endpoint;
+  options.curve_secret_key = keys.secret_key;
+  spdlog::info("tcp endpoint's CURVE public key (clients need it): {}", keys.public_key);
+  return absl::OkStatus();
+}
+
 absl::Status Main() {
   ASSIGN_OR_RETURN(PoolSpec spec, SpecFromFlags());
   ModelConfig model{absl::GetFlag(FLAGS_q_heads), absl::GetFlag(FLAGS_topk),
@@ -115,6 +158,7 @@ absl::Status Main() {
   options.endpoint = absl::GetFlag(FLAGS_endpoint);
   if (options.endpoint.empty()) options.endpoint = EndpointIn(runtime_dir);
   options.fd_channel_path = FdChannelIn(runtime_dir);
+  RETURN_IF_ERROR(RemoteEndpointFromFlags(options));
   options.allow.uids.push_back(::geteuid());
   ASSIGN_OR_RETURN(auto uids, ParseIds<uid_t>(absl::GetFlag(FLAGS_allow_uids), "allow_uids"));
   ASSIGN_OR_RETURN(options.allow.gids,

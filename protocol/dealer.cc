@@ -10,9 +10,12 @@
 
 namespace kvp {
 
-Dealer::Dealer(zmq::context_t& context, const std::string& endpoint, const std::string& identity)
+Dealer::Dealer(zmq::context_t& context, const std::string& endpoint, const std::string& identity,
+               const CurveClientKeys* curve)
     : socket_(context, zmq::socket_type::dealer) {
   if (!identity.empty()) socket_.set(zmq::sockopt::routing_id, identity);
+  if (curve != nullptr) UseCurveClientKeys(socket_, *curve);
+  curve_ = curve != nullptr;
   socket_.set(zmq::sockopt::linger, 0);
   socket_.set(zmq::sockopt::sndtimeo, 5000);
   socket_.connect(endpoint);
@@ -22,7 +25,12 @@ absl::Status Dealer::Send(const EnvelopeBuilder& message) {
   std::vector<zmq::message_t> frames = message.Frame();
   try {
     if (!zmq::send_multipart(socket_, frames)) {
-      return absl::UnavailableError("kvpoold is not accepting messages (send timed out)");
+      // A refused CURVE handshake looks the same from here: no connection to send on.
+      return absl::UnavailableError(absl::StrCat(
+          "kvpoold is not accepting messages (send timed out)",
+          curve_ ? "; over CURVE, check that kvpoold lists this client's public key and that "
+                   "the server key is kvpoold's"
+                 : ""));
     }
   } catch (const zmq::error_t& e) {
     return absl::UnavailableError(absl::StrCat("sending to kvpoold: ", e.what()));

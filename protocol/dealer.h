@@ -8,14 +8,17 @@
 #include <zmq.hpp>
 
 #include "absl/status/statusor.h"
+#include "protocol/curve.h"
 #include "protocol/framing.h"
 
 namespace kvp {
 
 class Dealer {
  public:
-  // Connects (lazily, as ZeroMQ does) to `endpoint` with routing id `identity` (empty: random).
-  Dealer(zmq::context_t& context, const std::string& endpoint, const std::string& identity);
+  // Connects (lazily, as ZeroMQ does) to `endpoint` with routing id `identity` (empty: random);
+  // with `curve`, as a CURVE client (kvpoold's tcp:// endpoint).
+  Dealer(zmq::context_t& context, const std::string& endpoint, const std::string& identity,
+         const CurveClientKeys* curve = nullptr);
 
   // With keep-alive (> 0), a wait heartbeats kvpoold every `millis` (a client heartbeat, lease 0,
   // request id 0) and drops the heartbeat replies, so a client waiting for a long job keeps its
@@ -39,6 +42,7 @@ class Dealer {
   absl::StatusOr<std::unique_ptr<ParsedEnvelope>> ReceiveOnce(int timeout_ms);
 
   zmq::socket_t socket_;
+  bool curve_ = false;
   int keep_alive_ms_ = 0;
 };
 

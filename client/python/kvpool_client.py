@@ -68,12 +68,33 @@ def _tensor_values(tensor):
     return list(struct.unpack("<%d%s" % (len(data) // struct.calcsize(fmt), fmt), data))
 
 
+def read_curve_key(path):
+    """The one Z85 key in a key file (kvpoolctl curve-keygen; lines starting with # skipped)."""
+    with open(path) as f:
+        keys = [line.strip() for line in f if line.strip() and not line.strip().startswith("#")]
+    if len(keys) != 1 or len(keys[0]) != 40:
+        raise ValueError("%s: expected one 40-character Z85 CURVE key" % path)
+    return keys[0]
+
+
 class KvpoolClient:
-    def __init__(self, endpoint=None, name=None, timeout_ms=120000, keep_alive_ms=5000):
+    """curve_server_key / curve_secret_key (Z85 text): for kvpoold's tcp:// endpoint, which admits
+    CURVE clients whose public key it lists (kvpoold --curve_clients_file)."""
+
+    def __init__(self, endpoint=None, name=None, timeout_ms=120000, keep_alive_ms=5000,
+                 curve_server_key=None, curve_secret_key=None):
         self._context = zmq.Context.instance()
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
         self._socket.setsockopt_string(zmq.ROUTING_ID, name or "py-%d" % os.getpid())
+        if (curve_server_key is None) != (curve_secret_key is None):
+            raise ValueError("curve_server_key and curve_secret_key go together")
+        if curve_secret_key is not None:
+            secret = curve_secret_key.encode() if isinstance(curve_secret_key, str) else curve_secret_key
+            server = curve_server_key.encode() if isinstance(curve_server_key, str) else curve_server_key
+            self._socket.curve_secretkey = secret
+            self._socket.curve_publickey = zmq.curve_public(secret)
+            self._socket.curve_serverkey = server
         # Waits are cut into keep_alive_ms slices with a heartbeat after each, so a long job does
         # not outlive this client's lease (as the C++ client does).
         self._socket.setsockopt(zmq.RCVTIMEO, keep_alive_ms)

@@ -5,6 +5,7 @@ usage: python_client_test.py KVPOOLD KVPOOL_WORKER   (exits 77, skipped, without
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -26,8 +27,21 @@ class PythonClientTest(unittest.TestCase):
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="kvpool-py-")
         common = ["--runtime_dir=" + cls.dir]
+        # A tcp:// endpoint too, for a CURVE client whose key kvpoold lists.
+        cls.server_public, server_secret = [k.decode() for k in kvpool_client.zmq.curve_keypair()]
+        cls.client_public, cls.client_secret = [k.decode() for k in kvpool_client.zmq.curve_keypair()]
+        with open(os.path.join(cls.dir, "server.key"), "w") as f:
+            f.write(server_secret + "\n")
+        with open(os.path.join(cls.dir, "clients"), "w") as f:
+            f.write("# the test's client\n" + cls.client_public + "\n")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            cls.tcp = "tcp://127.0.0.1:%d" % s.getsockname()[1]
         cls.procs = [subprocess.Popen([KVPOOLD, "--backend=host", "--arena_mib=64", "--layers=2",
-                                       "--topk=64", "--metrics_port=-1"] + common)]
+                                       "--topk=64", "--metrics_port=-1", "--tcp_endpoint=" + cls.tcp,
+                                       "--curve_secret_key_file=" + os.path.join(cls.dir, "server.key"),
+                                       "--curve_clients_file=" + os.path.join(cls.dir, "clients")]
+                                      + common)]
         for role in ("prefill", "decode"):
             cls.procs.append(subprocess.Popen([WORKER, "--role=" + role, "--backend=host"] + common))
         cls.client = kvpool_client.KvpoolClient("ipc://%s/kvpoold.sock" % cls.dir, name="py-test",
@@ -63,6 +77,17 @@ class PythonClientTest(unittest.TestCase):
         stats = self.client.stats()
         self.assertEqual(stats["blocksUsed"], 0)
         self.assertEqual(stats["blocksReserved"], 0)
+
+    def test_a_listed_curve_client_is_served_over_tcp(self):
+        remote = kvpool_client.KvpoolClient(self.tcp, name="py-remote", timeout_ms=20000,
+                                            curve_server_key=self.server_public,
+                                            curve_secret_key=self.client_secret)
+        try:
+            self.assertGreaterEqual(remote.health()["workers"], 2)
+            self.assertEqual(remote.prefill(7, list(range(64)))["length"], 64)
+            self.assertEqual(remote.release(7), 1)
+        finally:
+            remote.close()
 
     def test_errors_are_typed(self):
         with self.assertRaises(kvpool_client.KvpoolError) as e:

@@ -107,6 +107,27 @@ absl::Status ServiceProcesses::RestartDaemon() {
   return absl::OkStatus();
 }
 
+absl::StatusOr<int> ServiceProcesses::RunDaemonToExit(std::vector<std::string> flags,
+                                                      int timeout_ms) {
+  std::unique_ptr<ServiceProcesses> s(new ServiceProcesses());
+  char dir_template[] = "/tmp/kvpool-test-XXXXXX";
+  if (::mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
+  s->dir_ = dir_template;
+  flags.push_back(absl::StrCat("--runtime_dir=", s->dir_));
+  s->daemon_ = s->Spawn(Kvpoold(), flags);
+  if (s->daemon_ < 0) return absl::InternalError("cannot start kvpoold");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status = 0;
+    if (::waitpid(s->daemon_, &status, WNOHANG) == s->daemon_) {
+      s->daemon_ = -1;
+      return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return absl::DeadlineExceededError("kvpoold is still running");  // the destructor kills it
+}
+
 absl::Status ServiceProcesses::WaitForWorkers(uint32_t workers, int timeout_ms) {
   ClientOptions o = client_options("harness");
   o.timeout_ms = 500;

@@ -43,6 +43,10 @@ class ServiceProcesses {
   // Waits until kvpoold reports `workers` registered workers.
   absl::Status WaitForWorkers(uint32_t workers, int timeout_ms);
 
+  // Runs kvpoold with `flags` in a fresh runtime directory until it exits by itself (bad flags);
+  // its exit status. DEADLINE_EXCEEDED (after killing it) if it still runs after timeout_ms.
+  static absl::StatusOr<int> RunDaemonToExit(std::vector<std::string> flags, int timeout_ms);
+
  private:
   ServiceProcesses() = default;
   pid_t Spawn(const std::string& binary, std::vector<std::string> args);

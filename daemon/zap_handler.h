@@ -1,0 +1,36 @@
+// Admits a CURVE client of kvpoold's tcp:// endpoint only when its public key is on the allow
+// list (DESIGN.md §8). ZeroMQ asks about every handshake over the ZAP protocol (ZeroMQ RFC 27) on
+// inproc://zeromq.zap.01 of the socket's context; without a handler there, any client that knows
+// kvpoold's public key would get in. The daemon loop polls socket() and calls AnswerOne.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+#include <zmq.hpp>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+
+namespace kvp {
+
+class ZapHandler {
+ public:
+  // `allowed` holds raw 32-byte public keys (ReadCurveKeyListFile). Bind before any CURVE socket
+  // of `context` accepts connections.
+  static absl::StatusOr<std::unique_ptr<ZapHandler>> Bind(zmq::context_t& context,
+                                                          const std::vector<std::string>& allowed);
+
+  zmq::socket_t& socket() { return socket_; }
+  // Reads one waiting request and answers it: 200 for a listed CURVE key, 400 otherwise.
+  void AnswerOne();
+
+ private:
+  ZapHandler(zmq::socket_t socket, absl::flat_hash_set<std::string> allowed)
+      : socket_(std::move(socket)), allowed_(std::move(allowed)) {}
+
+  zmq::socket_t socket_;
+  absl::flat_hash_set<std::string> allowed_;
+};
+
+}  // namespace kvp
