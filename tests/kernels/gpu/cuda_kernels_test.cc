@@ -11,6 +11,7 @@
 #include <random>
 #include <vector>
 
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/block_copy/block_copy_ref.h"
 #include "kernels/cache_write/cache_write_ref.h"
@@ -422,6 +423,22 @@ TEST_F(CudaKernelsTest, TopkEqualsTheReferenceElementForElement) {
   }
   ExpectTopkEqualsReference(scores, lens, stride, 2048, "mixed rows");
   ExpectTopkEqualsReference(scores, lens, stride, 64, "mixed rows k=64");
+}
+
+TEST_F(CudaKernelsTest, TopkTakesTheLongestRowsAndNamesTheLimitBeyond) {
+  // 1,048,576 scores a row, the most the CTAs' register-held slices cover; ties across slices.
+  const int stride = 1 << 20;
+  std::vector<float> scores(size_t{2} * stride);
+  std::uniform_int_distribution<int> levels(0, 400);
+  for (float& x : scores) x = static_cast<float>(levels(rng_)) * 0.25f;
+  ExpectTopkEqualsReference(scores, {stride, stride - 12345}, stride, 2048, "longest rows");
+  DeviceBuffer ds = Up(std::vector<float>(stride + 1, 1.0f)), dl = Up(std::vector<int32_t>{1});
+  DeviceBuffer di = Up(std::vector<int32_t>(16));
+  TopkParams longer{ds.get<float>(), dl.get<int32_t>(), di.get<int32_t>(), stride + 1, 1, 16};
+  CudaWorkspace ws;
+  const absl::Status s = TopkCuda(longer, ws, nullptr);
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("1,048,576"));
 }
 
 // --- block copy and synthetic ------------------------------------------------------------------
