@@ -53,9 +53,11 @@ struct BrokerOptions {
   WireLimits limits;
 };
 
-// Peers of the tcp:// endpoint are named by this prefix and their routing id, so that no remote
-// client can take a local peer's name (or its sequences); workers must be local (they attach
-// memory through the fd channel), so a remote Register is refused.
+// A peer is named by the endpoint it came through and its routing id, so that no remote client
+// can take a local peer's name (or its sequences) and no routing id can pass for the other
+// endpoint's; workers must be local (they attach memory through the fd channel), so a remote
+// Register is refused.
+inline constexpr absl::string_view kLocalPeerPrefix = "ipc/";
 inline constexpr absl::string_view kRemotePeerPrefix = "tcp/";
 inline bool IsRemotePeer(absl::string_view peer) {
   return absl::StartsWith(peer, kRemotePeerPrefix);

@@ -114,10 +114,13 @@ absl::Status DaemonLoop::Run() {
   }
   // Replies go out on the socket their peer came in on.
   const auto send = [&](Outgoing& o) {
-    if (remote.has_value() && IsRemotePeer(o.to)) {
-      Send(*remote, absl::string_view(o.to).substr(kRemotePeerPrefix.size()), o);
+    const absl::string_view to = o.to;
+    if (remote.has_value() && IsRemotePeer(to)) {
+      Send(*remote, to.substr(kRemotePeerPrefix.size()), o);
+    } else if (absl::StartsWith(to, kLocalPeerPrefix)) {
+      Send(router, to.substr(kLocalPeerPrefix.size()), o);
     } else {
-      Send(router, o.to, o);
+      spdlog::error("a message to '{}', a peer of no endpoint, dropped", std::string(to));
     }
   };
   // Hands what `socket` has ready to the broker, identities prefixed with `prefix`; returns to the
@@ -167,7 +170,7 @@ absl::Status DaemonLoop::Run() {
         {zap != nullptr ? zap->socket().handle() : nullptr, 0, ZMQ_POLLIN, 0}};
     const int64_t wait_ms = std::max<int64_t>(0, (next_tick - clock_->NowMicros()) / 1000);
     zmq::poll(items, remote.has_value() ? 5 : 3, std::chrono::milliseconds(wait_ms));
-    if (items[0].revents & ZMQ_POLLIN) drain(router, "");
+    if (items[0].revents & ZMQ_POLLIN) drain(router, kLocalPeerPrefix);
     if (remote.has_value() && (items[3].revents & ZMQ_POLLIN)) drain(*remote, kRemotePeerPrefix);
     if (zap != nullptr && (items[4].revents & ZMQ_POLLIN)) zap->AnswerOne();
     if (items[1].revents & ZMQ_POLLIN) {

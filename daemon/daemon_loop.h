@@ -22,7 +22,8 @@ namespace kvp {
 struct DaemonOptions {
   std::string endpoint;  // ipc://...: workers and local clients
   // Optional tcp://... for remote clients, CURVE only: kvpoold's secret key (Z85) and the raw
-  // 32-byte public keys of the clients it admits. Its peers' identities get kRemotePeerPrefix.
+  // 32-byte public keys of the clients it admits. Peers are named kLocalPeerPrefix or
+  // kRemotePeerPrefix and their routing id (daemon/broker.h).
   std::string tcp_endpoint;
   std::string curve_secret_key;
   std::vector<std::string> curve_clients;

@@ -113,7 +113,7 @@ TEST(RemoteClientTest, AListedKeyIsServedAndOthersAreNot) {
   EXPECT_TRUE(local.Health().ok());
 }
 
-TEST(RemoteClientTest, ARemotePeerCannotTakeALocalNameOrRegisterAsAWorker) {
+TEST(RemoteClientTest, PeersCannotTakeNamesAcrossEndpointsAndRemotesCannotRegister) {
   RemoteService service;
   ASSERT_NE(service.processes, nullptr);
   Client local(service.processes->client_options("same-name"));
@@ -122,6 +122,11 @@ TEST(RemoteClientTest, ARemotePeerCannotTakeALocalNameOrRegisterAsAWorker) {
   Client remote(service.Remote("same-name", service.keys.listed()));
   EXPECT_FALSE(remote.Release(5).ok());  // another lease's sequence
   EXPECT_TRUE(local.Release(5).ok());
+  // Nor the other way round: a local routing id spelled like kvpoold's name for a remote peer.
+  ASSERT_TRUE(remote.Prefill(6, std::vector<int32_t>(70, 4)).ok());
+  Client spoof(service.processes->client_options("tcp/same-name"));
+  EXPECT_FALSE(spoof.Release(6).ok());
+  EXPECT_TRUE(remote.Release(6).ok());
 
   zmq::context_t context(1);
   const CurveClientKeys keys = service.keys.listed();
