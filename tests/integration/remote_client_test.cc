@@ -1,7 +1,5 @@
 // kvpoold's tcp:// endpoint (DESIGN.md §8): CURVE only, and only for the client keys it lists.
 // Real processes on the host backend, as in service_test.
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -19,22 +17,6 @@ namespace kvp::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-// A TCP port nothing listens on now (the kernel's pick; the test binds it right after).
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(addr);
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    ::close(fd);
-    return -1;
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // Key pairs for kvpoold, a listed client and an unlisted one, as files in a temporary directory.
 class Keys {

@@ -1,8 +1,11 @@
 #include "tests/integration/service_processes.h"
 
 #include <signal.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <spawn.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -30,12 +33,30 @@ std::string KvpoolWorker() { return Binary("KVPOOL_WORKER_BIN", KVPOOL_WORKER_PA
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ServiceProcesses>> ServiceProcesses::Start(
-    const ServiceOptions& options) {
+int FreePort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof(addr);
+  const bool found = fd >= 0 &&
+                     ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+                     ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+  if (fd >= 0) ::close(fd);
+  return found ? ntohs(addr.sin_port) : -1;
+}
+
+absl::StatusOr<std::unique_ptr<ServiceProcesses>> ServiceProcesses::WithRuntimeDir() {
   std::unique_ptr<ServiceProcesses> s(new ServiceProcesses());
   char dir_template[] = "/tmp/kvpool-test-XXXXXX";
   if (::mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
   s->dir_ = dir_template;
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<ServiceProcesses>> ServiceProcesses::Start(
+    const ServiceOptions& options) {
+  ASSIGN_OR_RETURN(std::unique_ptr<ServiceProcesses> s, WithRuntimeDir());
   s->daemon_flags_ = {absl::StrCat("--backend=", options.backend), "--arena_mib=64",        "--layers=2",
                       "--topk=64",           "--heartbeat_ms=100",    "--lease_expiry_ms=600",
                       "--metrics_port=-1",   "--drain_timeout_ms=20000"};
@@ -109,10 +130,7 @@ absl::Status ServiceProcesses::RestartDaemon() {
 
 absl::StatusOr<int> ServiceProcesses::RunDaemonToExit(std::vector<std::string> flags,
                                                       int timeout_ms) {
-  std::unique_ptr<ServiceProcesses> s(new ServiceProcesses());
-  char dir_template[] = "/tmp/kvpool-test-XXXXXX";
-  if (::mkdtemp(dir_template) == nullptr) return absl::InternalError("mkdtemp failed");
-  s->dir_ = dir_template;
+  ASSIGN_OR_RETURN(std::unique_ptr<ServiceProcesses> s, WithRuntimeDir());
   flags.push_back(absl::StrCat("--runtime_dir=", s->dir_));
   s->daemon_ = s->Spawn(Kvpoold(), flags);
   if (s->daemon_ < 0) return absl::InternalError("cannot start kvpoold");

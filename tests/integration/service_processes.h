@@ -14,6 +14,9 @@
 
 namespace kvp::testing {
 
+// A TCP port on the loopback interface that nothing listens on right now; -1 if none was found.
+int FreePort();
+
 struct ServiceOptions {
   std::string backend = "host";           // of kvpoold's arena and the workers
   std::vector<std::string> daemon_flags;  // added to the defaults below (later flags win)
@@ -49,6 +52,8 @@ class ServiceProcesses {
 
  private:
   ServiceProcesses() = default;
+  // An instance with a fresh runtime directory and no processes yet.
+  static absl::StatusOr<std::unique_ptr<ServiceProcesses>> WithRuntimeDir();
   pid_t Spawn(const std::string& binary, std::vector<std::string> args);
 
   std::string dir_;

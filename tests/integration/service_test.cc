@@ -1,10 +1,7 @@
 // kvpoold, workers and clients as real processes on the host backend (DESIGN.md §6, §7): the full
 // flow against an in-process reference, sharing, bad input, and workers or kvpoold going away.
-#include <arpa/inet.h>
 #include <httplib.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -420,19 +417,6 @@ TEST(ServiceTest, AClientWaitingForALongJobKeepsItsLease) {
   absl::StatusOr<DecodeResult> decoded =
       client.Decode({DecodeStepRequest{1, 5, std::nullopt, nullptr, nullptr}});
   EXPECT_TRUE(decoded.ok()) << decoded.status();  // the sequence is still there
-}
-
-// A TCP port nothing listens on right now.
-int FreePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 TEST(ServiceTest, MetricsAndHealthAreServedOverHttp) {
