@@ -37,47 +37,69 @@ __device__ __forceinline__ void StoreBf16x16(const float* x, uint8_t* dst) {
   d[1] = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
-// The integer encoder, out of line: it runs only for NaN and subnormal magnitudes, and inlined at
-// every element it made the kernel larger than the instruction cache (10% faster without).
-__device__ __noinline__ uint32_t E4m3FromFloatOutOfLine(float x) { return E4m3FromFloat(x); }
-
-// E4m3FromFloat of two values. The hardware converter rounds to nearest even and saturates like
-// __NV_SATFINITE for normal magnitudes; NaN (it drops the sign) and the subnormal range (its ties
-// are not the reference's) go through the integer encoder, which is the definition.
-__device__ __forceinline__ uint32_t E4m3x2(float lo, float hi) {
-  uint32_t two = __nv_cvt_float2_to_fp8x2(make_float2(lo, hi), __NV_SATFINITE, __NV_E4M3);
+// E4m3FromFloat of 16 values, without branches. The hardware converter rounds to nearest even
+// and saturates like __NV_SATFINITE for normal magnitudes and infinities. It drops NaN's sign, and
+// in the subnormal range its ties are not the reference's, so those values are redone: below 2^-6
+// the reference's code is the sign and |x| / 2^-9 rounded to nearest even (8 being the smallest
+// normal, 0x08), which __float2int_rn of the exact product |x| · 512 is; NaN is the sign and 0x7F.
+__device__ __forceinline__ uint4 E4m3x16(const float* v) {
   constexpr float kMinNormal = 0.015625f;  // 2^-6
-  if (!(fabsf(lo) >= kMinNormal)) two = (two & 0xFF00u) | E4m3FromFloatOutOfLine(lo);
-  if (!(fabsf(hi) >= kMinNormal)) two = (two & 0x00FFu) | (E4m3FromFloatOutOfLine(hi) << 8);
-  return two;
+  uint32_t w[4];
+  bool all_normal = true;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const uint32_t lo =
+        __nv_cvt_float2_to_fp8x2(make_float2(v[4 * i], v[4 * i + 1]), __NV_SATFINITE, __NV_E4M3);
+    const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(v[4 * i + 2], v[4 * i + 3]),
+                                                 __NV_SATFINITE, __NV_E4M3);
+    w[i] = lo | (hi << 16);
+  }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) all_normal &= fabsf(v[i]) >= kMinNormal;
+  if (!all_normal) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const uint32_t sign = (__float_as_uint(v[i]) >> 24) & 0x80u;
+      const uint32_t redone =
+          sign |
+          (isnan(v[i]) ? 0x7Fu : static_cast<uint32_t>(__float2int_rn(fabsf(v[i]) * 512.0f)));
+      const int shift = 8 * (i % 4);
+      if (!(fabsf(v[i]) >= kMinNormal))
+        w[i / 4] = (w[i / 4] & ~(0xFFu << shift)) | (redone << shift);
+    }
+  }
+  return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
 // 16 values as E4M3(x · multiplier) or E4M3(x / divisor): one of the two is 1.
 __device__ __forceinline__ void StoreE4m3x16(const float* x, float divisor, float multiplier,
                                              uint8_t* dst) {
+  // x / 1 == x and x · 1 == x exactly, so skipping either keeps the reference's bytes; NaN skips
+  // the arithmetic too, which would drop its sign. The choice is one per call, not per value.
   float v[16];
+  if (divisor != 1.0f) {
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    // x / 1 == x and x · 1 == x exactly, so skipping either keeps the reference's bytes; NaN
-    // skips the arithmetic too, which would drop its sign.
-    v[i] = isnan(x[i]) || (divisor == 1.0f && multiplier == 1.0f)
-               ? x[i]
-               : (divisor != 1.0f ? DivRn(x[i], divisor) : MulRn(x[i], multiplier));
+    for (int i = 0; i < 16; ++i) v[i] = isnan(x[i]) ? x[i] : DivRn(x[i], divisor);
+  } else if (multiplier != 1.0f) {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) v[i] = isnan(x[i]) ? x[i] : MulRn(x[i], multiplier);
+  } else {
+#pragma unroll
+    for (int i = 0; i < 16; ++i) v[i] = x[i];
   }
-  uint32_t w[4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-    w[i] = E4m3x2(v[4 * i], v[4 * i + 1]) | (E4m3x2(v[4 * i + 2], v[4 * i + 3]) << 16);
-  *reinterpret_cast<uint4*>(dst) = make_uint4(w[0], w[1], w[2], w[3]);
+  *reinterpret_cast<uint4*>(dst) = E4m3x16(v);
 }
 
 // The signed Walsh-Hadamard rotation of one head, 16 elements per thread, kGroups threads per
 // head in consecutive lanes. Same butterflies, same operands, same order as RotateForward.
 template <int kGroups>
 __device__ __forceinline__ void RotateHead(float* x, int group, const RotationSigns& signs) {
+  // This group's 16 signs in one word (a group never straddles two 64-bit words); negating is
+  // flipping the sign bit.
+  const uint32_t negative = static_cast<uint32_t>(signs.words[group / 4] >> (16 * (group % 4)));
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
-    if (signs.Negative(group * 16 + i)) x[i] = -x[i];
+    x[i] = __uint_as_float(__float_as_uint(x[i]) ^ ((negative << (31 - i)) & 0x80000000u));
   }
 #pragma unroll
   for (int h = 1; h < 16; h *= 2) {
@@ -90,13 +112,16 @@ __device__ __forceinline__ void RotateHead(float* x, int group, const RotationSi
       }
     }
   }
+  // Across lanes the lower lane of a pair keeps a + b and the upper one a - b: x·(±1) + other
+  // in one fused operation is exactly that sum or difference (multiplying by ±1 is exact, so the
+  // single rounding is the addition's), without computing both and selecting.
 #pragma unroll
   for (int lanes = 1; lanes < kGroups; lanes *= 2) {
-    const bool upper = (group & lanes) != 0;
+    const float own_sign = (group & lanes) != 0 ? -1.0f : 1.0f;
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
       const float other = __shfl_xor_sync(0xFFFFFFFFu, x[i], lanes);
-      x[i] = upper ? SubRn(other, x[i]) : AddRn(x[i], other);
+      x[i] = __fmaf_rn(x[i], own_sign, other);
     }
   }
   constexpr float kInvSqrt = InvSqrtHeadDim(kGroups * 16);
@@ -126,13 +151,15 @@ __device__ __forceinline__ void StoreTurboGroup(const float* y, float v_scale, u
 }
 
 // kVBits: 2/3/4 for turboN, 16 for bf16 values.
+// Items (one thread's 16 elements) are numbered in 32 bits; block sizes are powers of two.
 template <int kHeadDim, int kVBits>
-__global__ void __launch_bounds__(kThreads) CacheWriteKernel(CacheWriteParams p, int kv_blocks) {
+__global__ void __launch_bounds__(kThreads, 4) CacheWriteKernel(CacheWriteParams p, int kv_blocks) {
   constexpr int kGroups = kHeadDim / 16;
   const LayerCache& c = p.cache;
+  const int block_shift = __ffs(c.block_size) - 1;
   if (static_cast<int>(blockIdx.x) >= kv_blocks) {
     // Indexer keys: 8 threads of 16 elements per token.
-    const int64_t item = int64_t{static_cast<int>(blockIdx.x) - kv_blocks} * kThreads + threadIdx.x;
+    const uint32_t item = (blockIdx.x - kv_blocks) * kThreads + threadIdx.x;
     const int64_t token = item / 8;
     const int group = static_cast<int>(item % 8);
     const bool live = token < p.num_tokens;
@@ -147,8 +174,8 @@ __global__ void __launch_bounds__(kThreads) CacheWriteKernel(CacheWriteParams p,
     float s = DivRn(a, kE4m3Max);
     if (c.index_codec.ue8m0) s = RoundUpToUe8m0(s);
     if (slot < 0) return;
-    const int64_t block = slot / c.block_size;
-    const int offset = static_cast<int>(slot % c.block_size);
+    const int64_t block = slot >> block_shift;
+    const int offset = static_cast<int>(slot & (c.block_size - 1));
     // A UE8M0 scale is a power of two, so dividing by it is multiplying by its exact reciprocal.
     if (c.index_codec.ue8m0) {
       StoreE4m3x16(x, 1.0f, DivRn(1.0f, s), c.IndexValues(block, offset) + group * 16);
@@ -159,16 +186,16 @@ __global__ void __launch_bounds__(kThreads) CacheWriteKernel(CacheWriteParams p,
     return;
   }
 
-  const int64_t item = int64_t{blockIdx.x} * kThreads + threadIdx.x;
-  const int64_t per_token = int64_t{c.num_kv_heads} * kGroups;
-  const int64_t token = item / per_token;
-  const int head = static_cast<int>((item % per_token) / kGroups);
+  const uint32_t item = blockIdx.x * kThreads + threadIdx.x;
+  const uint32_t token_head = item / kGroups;
   const int group = static_cast<int>(item % kGroups);
+  const int64_t token = token_head / static_cast<uint32_t>(c.num_kv_heads);
+  const int head = static_cast<int>(token_head % static_cast<uint32_t>(c.num_kv_heads));
   const bool live = token < p.num_tokens;
   const int64_t slot = live ? p.slot_mapping[token] : -1;
-  const int64_t src = (token * c.num_kv_heads + head) * kHeadDim + group * 16;
-  const int64_t block = slot / c.block_size;
-  const int offset = static_cast<int>(slot % c.block_size);
+  const int64_t src = int64_t{token_head} * kHeadDim + group * 16;
+  const int64_t block = slot >> block_shift;
+  const int offset = static_cast<int>(slot & (c.block_size - 1));
 
   float x[16] = {};
   if (slot >= 0) {
@@ -197,12 +224,15 @@ __global__ void __launch_bounds__(kThreads) CacheWriteKernel(CacheWriteParams p,
 template <int kHeadDim, int kVBits>
 LaunchStatus Launch(const CacheWriteParams& p, cudaStream_t stream) {
   const int64_t kv_items = p.num_tokens * p.cache.num_kv_heads * (kHeadDim / 16);
-  const int kv_blocks = static_cast<int>((kv_items + kThreads - 1) / kThreads);
-  const int index_blocks =
-      p.cache.has_indexer ? static_cast<int>((p.num_tokens * 8 + kThreads - 1) / kThreads) : 0;
+  const int64_t kv_blocks = (kv_items + kThreads - 1) / kThreads;
+  const int64_t index_blocks =
+      p.cache.has_indexer ? (p.num_tokens * 8 + kThreads - 1) / kThreads : 0;
   if (kv_blocks + index_blocks == 0) return {};
+  if ((kv_blocks + index_blocks) * kThreads > UINT32_MAX) {
+    return Unsupported("cache writes of 2^32 or more 16-element items (split the tokens)");
+  }
   CacheWriteKernel<kHeadDim, kVBits>
-      <<<kv_blocks + index_blocks, kThreads, 0, stream>>>(p, kv_blocks);
+      <<<kv_blocks + index_blocks, kThreads, 0, stream>>>(p, static_cast<int>(kv_blocks));
   return LastLaunchError();
 }
 

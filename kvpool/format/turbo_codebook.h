@@ -102,6 +102,33 @@ KVP_HD int TurboCode(float u) {
   }
 }
 
+// The boundary TurboCode compares with at bit kBit of its search, once the bits above it are in
+// `code` (its lower bits still 0): T_(code + 2^kBit - 1), picked by selects on those bits.
+template <int kBits, int kBit, int kHigh = kBits - 1, int kAbove = 0>
+KVP_HD float TurboSearchBoundary(int code) {
+  if constexpr (kHigh == kBit) {
+    return TurboBoundary<kBits, kAbove + (1 << kBit) - 1>();
+  } else {
+    return (code & (1 << kHigh)) != 0
+               ? TurboSearchBoundary<kBits, kBit, kHigh - 1, kAbove | (1 << kHigh)>(code)
+               : TurboSearchBoundary<kBits, kBit, kHigh - 1, kAbove>(code);
+  }
+}
+
+// TurboCode without jumps, for the GPU, where the lanes of a warp go both ways at every
+// comparison: the same search (the same comparisons with the same boundaries, so the same code,
+// NaN included), each step setting one bit of the code and choosing the next boundary by selects.
+template <int kBits, int kBit = kBits - 1>
+KVP_HD int TurboCodeSelect(float u, int code = 0) {
+  const int up = code | (1 << kBit);
+  code = u >= TurboSearchBoundary<kBits, kBit>(code) ? up : code;
+  if constexpr (kBit == 0) {
+    return code;
+  } else {
+    return TurboCodeSelect<kBits, kBit - 1>(u, code);
+  }
+}
+
 template <int kBits>
 KVP_HD constexpr float TurboMaxLevel() {
   return TurboCodebook<kBits>::Level(TurboCodebook<kBits>::kLevels - 1);

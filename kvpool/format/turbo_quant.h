@@ -53,7 +53,11 @@ KVP_HD void TurboEncodeGroup(const float* x, float v_scale, uint8_t* packed, uin
   float sum_x2 = 0.0f;
   float sum_c2 = 0.0f;
   for (int i = 0; i < kTurboGroupSize; ++i) {
+#ifdef __CUDA_ARCH__
+    const int code = TurboCodeSelect<kBits>(MulRn(alpha, x[i]));
+#else
     const int code = TurboCode<kBits>(MulRn(alpha, x[i]));
+#endif
     codes[i] = static_cast<uint8_t>(code);
     sum_x2 = Fma(x[i], x[i], sum_x2);
     const float c = TurboLevel<kBits>(code);

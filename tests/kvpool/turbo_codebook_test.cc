@@ -117,10 +117,15 @@ void ExpectSearchCountsBoundaries() {
   std::mt19937 rng(kBits);
   std::normal_distribution<float> normal(0.0f, 1.5f);
   for (int i = 0; i < 20000; ++i) probes.push_back(normal(rng));
-  for (float u : probes) EXPECT_EQ(TurboCode<kBits>(u), count(u)) << "bits " << kBits << " u " << u;
+  for (float u : probes) {
+    EXPECT_EQ(TurboCode<kBits>(u), count(u)) << "bits " << kBits << " u " << u;
+    EXPECT_EQ(TurboCodeSelect<kBits>(u), count(u)) << "select, bits " << kBits << " u " << u;
+  }
   EXPECT_EQ(TurboCode<kBits>(std::numeric_limits<float>::quiet_NaN()), 0);
+  EXPECT_EQ(TurboCodeSelect<kBits>(std::numeric_limits<float>::quiet_NaN()), 0);
 }
 
+// TurboCodeSelect (the GPU's form of the search) is checked beside TurboCode on the same probes.
 TEST(TurboCodebookTest, CodeIsTheNumberOfBoundariesReached) {
   ExpectSearchCountsBoundaries<2>();
   ExpectSearchCountsBoundaries<3>();
