@@ -10,18 +10,20 @@
 
 namespace kvp {
 
-absl::StatusOr<void*> CudaWorkspace::Get(size_t bytes) {
-  if (bytes > buffer_.bytes()) {
+namespace {
+
+// Grows `buffer` to at least `bytes`, zeroed if asked; the old contents are not kept.
+absl::StatusOr<void*> Grow(DeviceBuffer& buffer, size_t bytes, bool zeroed) {
+  if (bytes > buffer.bytes()) {
     KVP_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());  // the old buffer may still be in use
-    buffer_ = DeviceBuffer();
+    buffer = DeviceBuffer();
     absl::StatusOr<DeviceBuffer> grown = DeviceBuffer::Allocate(bytes);
     if (!grown.ok()) return grown.status();
-    buffer_ = std::move(*grown);
+    if (zeroed) KVP_CUDA_RETURN_IF_ERROR(cudaMemset(grown->get(), 0, bytes));
+    buffer = std::move(*grown);
   }
-  return buffer_.get();
+  return buffer.get();
 }
-
-namespace {
 
 // Sizes the workspace for one launch, grows it if needed, and launches with it.
 template <typename Launch>
@@ -33,6 +35,10 @@ absl::Status LaunchWithWorkspace(size_t bytes, CudaWorkspace& workspace, const c
 }
 
 }  // namespace
+
+absl::StatusOr<void*> CudaWorkspace::Get(size_t bytes) { return Grow(buffer_, bytes, false); }
+
+absl::StatusOr<void*> CudaWorkspace::GetZeroed(size_t bytes) { return Grow(zeroed_, bytes, true); }
 
 absl::Status CacheWriteCuda(const CacheWriteParams& p, cudaStream_t stream) {
   return LaunchToStatus(CacheWriteLaunch(p, stream), "cache write");
@@ -57,9 +63,12 @@ absl::Status IndexerLogitsCuda(const IndexerLogitsParams& p, cudaStream_t stream
 }
 
 absl::Status TopkCuda(const TopkParams& p, CudaWorkspace& workspace, cudaStream_t stream) {
-  return LaunchWithWorkspace(
-      TopkWorkspaceBytes(p), workspace, "top-k",
-      [&](void* ws, size_t bytes) { return TopkLaunch(p, ws, bytes, stream); });
+  const TopkWorkspaceSizes sizes = TopkWorkspaceBytes(p);
+  absl::StatusOr<void*> counters = workspace.GetZeroed(sizes.counter_bytes);
+  if (!counters.ok()) return counters.status();
+  return LaunchWithWorkspace(sizes.scratch_bytes, workspace, "top-k", [&](void* ws, size_t bytes) {
+    return TopkLaunch(p, TopkWorkspace{ws, bytes, *counters, sizes.counter_bytes}, stream);
+  });
 }
 
 absl::Status GatherBlocksCuda(const BlockCopyParams& p, cudaStream_t stream) {

@@ -26,8 +26,13 @@ class CudaWorkspace {
   absl::StatusOr<void*> Get(size_t bytes);
   size_t bytes() const { return buffer_.bytes(); }
 
+  // A second buffer of at least `bytes` that is all zero whenever no kernel runs on it: zeroed
+  // when (re)allocated, and every kernel given it (top-k's counters) leaves it zero.
+  absl::StatusOr<void*> GetZeroed(size_t bytes);
+
  private:
   DeviceBuffer buffer_;
+  DeviceBuffer zeroed_;
 };
 
 absl::Status CacheWriteCuda(const CacheWriteParams& p, cudaStream_t stream);

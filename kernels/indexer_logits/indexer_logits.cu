@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/common/cp_async.cuh"
+#include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/mma.cuh"
 #include "kernels/common/work_split.h"
 #include "kernels/indexer_logits/indexer_logits_launch.h"
@@ -91,6 +92,8 @@ __global__ void __launch_bounds__(kThreads, 4)
   const int seq = blockIdx.y;
   const int half = warp % 2;              // heads half · 32 ..
   const int first_row = (warp / 2) * 32;  // positions of the chunk this warp computes
+  LetDependentsLaunch();
+  WaitForPredecessor();  // the queries, and the logits the kernel before may still read
   Stream stream{p, p.block_tables + int64_t{seq} * p.block_table_stride, p.seq_lens[seq],
                 __ffs(p.cache.block_size) - 1};
   const int chunks = (p.logits_stride + kChunk - 1) / kChunk;
@@ -230,8 +233,9 @@ LaunchStatus IndexerLogitsLaunch(const IndexerLogitsParams& p, cudaStream_t stre
   }();
   const int chunks = (p.logits_stride + kChunk - 1) / kChunk;
   const int splits = ChooseSplits(p.num_seqs, chunks, resident);
-  IndexerLogitsKernel<<<dim3(splits, p.num_seqs), kThreads, sizeof(Shared), stream>>>(p, splits);
-  return LastLaunchError();
+  return LaunchStatus{LaunchDependent(IndexerLogitsKernel, dim3(splits, p.num_seqs), dim3(kThreads),
+                                      sizeof(Shared), stream, false, p, splits),
+                      nullptr};
 }
 
 }  // namespace kvp

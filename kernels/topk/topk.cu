@@ -4,39 +4,51 @@
 // positions in index order (elements above T, then ties by lower position), so the output is the
 // reference's exactly. Barriers between the passes are per row (rows never wait for each other, and
 // few CTAs share a counter); the launch is cooperative so every CTA is resident. A CTA reads its
-// slice once: thread t keeps the keys of elements [16 t, 16 t + 16) in registers for all passes.
-// The workspace needs no zeroing before the launch: each row's first CTA clears the row's
-// counter and histograms, and one grid-wide barrier orders that before any use.
-#include <cooperative_groups.h>
-
+// slice once: thread t keeps the keys of elements [8 t, 8 t + 8) in registers for all passes.
+// A pass stops the search early when the bin it chose holds exactly the keys still needed (as good
+// as always after two passes when scores are distinct): that bin is taken whole.
+//
+// Three barriers a row, one per pass, and nothing else to wait for:
+//   - the compaction needs, for each CTA, how many elements of the CTAs before it are selected.
+//     Each pass publishes the CTA's suffix counts (how many of its candidates have a digit >= b,
+//     for every b), so once the last pass has chosen its digit every count is there to read;
+//   - the row's counters and histograms must be zero when the kernel starts. They live in a buffer
+//     that is zeroed once when allocated, and the last CTA of a row to finish zeroes them again.
 #include <cstdint>
 
+#include "kernels/common/dependent_launch.cuh"
 #include "kernels/topk/topk_launch.h"
 
 namespace kvp {
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 512;
 constexpr int kBins = 2048;
 constexpr int kPasses = 3;
 // Digit of each pass: bits [Shift, Shift + Width) of the key.
 __host__ __device__ constexpr int Shift(int pass) { return pass == 0 ? 21 : pass == 1 ? 10 : 0; }
 __host__ __device__ constexpr int Width(int pass) { return pass == 2 ? 10 : 11; }
 constexpr int kElementsPerCta = 4096;  // enough work per CTA to amortize the barriers
-constexpr int kPerThread = kElementsPerCta / kThreads;                  // keys a thread holds
-constexpr int64_t kMaxRowLength = int64_t{kThreads} * kElementsPerCta;  // CTAs per row <= kThreads
+constexpr int kPerThread = kElementsPerCta / kThreads;  // keys a thread holds
+constexpr int kBinsPerThread = kBins / kThreads;        // bins a thread scans
+// A row's CTAs must all be resident: 256 of them fit an H100/H200 at two CTAs per SM.
+constexpr int64_t kMaxRowLength = int64_t{1} << 20;
+static_assert(kMaxRowLength / kElementsPerCta <= kThreads, "one thread per CTA of a row");
+static_assert(kElementsPerCta < 65536, "suffix counts are 16-bit");
 
-// Workspace: per-row barrier counters, per-row histograms of each pass, per-CTA counts; cleared
-// by the kernel itself.
+// Counters (zero between launches): per row an arrival and a departure count, then the row's
+// histogram of each pass. Scratch (rewritten by every launch): per CTA and pass, its suffix counts.
 struct Layout {
   int rows = 0;  // rows per launch
   int ctas_per_row = 1;
-  __host__ __device__ size_t barrier_bytes() const { return (size_t(rows) * 4 + 255) / 256 * 256; }
-  __host__ __device__ size_t hist_bytes() const {
-    return size_t(kPasses) * rows * kBins * sizeof(uint32_t);
+  bool fits = true;  // a row's CTAs are resident at once on this GPU
+  __host__ __device__ size_t control_words() const { return (size_t(rows) * 2 + 63) / 64 * 64; }
+  size_t counter_bytes() const {
+    return (control_words() + size_t(rows) * kPasses * kBins) * sizeof(uint32_t);
   }
-  size_t counts_bytes() const { return size_t(rows) * ctas_per_row * 2 * sizeof(uint32_t); }
-  size_t total() const { return barrier_bytes() + hist_bytes() + counts_bytes(); }
+  size_t scratch_bytes() const {
+    return size_t(rows) * ctas_per_row * kPasses * kBins * sizeof(uint16_t);
+  }
 };
 
 // NaN -> 0 (never selected); -0 -> +0; otherwise larger float, larger key (>= 1).
@@ -46,8 +58,8 @@ __device__ __forceinline__ uint32_t Key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// Waits until `target` arrivals at `counter` (the CTAs of one row, phase by phase).
-__device__ __forceinline__ void GridBarrier(unsigned int* counter, unsigned int target) {
+// Waits until `target` arrivals at `counter` (the CTAs of one row, pass by pass).
+__device__ __forceinline__ void RowBarrier(unsigned int* counter, unsigned int target) {
   __syncthreads();
   if (threadIdx.x == 0) {
     __threadfence();
@@ -81,59 +93,95 @@ __device__ __forceinline__ uint32_t BlockExclusiveScan(uint32_t v, uint32_t* tot
   return before + inclusive - v;
 }
 
-__global__ void __launch_bounds__(kThreads)
-    TopkKernel(TopkParams p, int row0, Layout layout, uint8_t* workspace) {
-  __shared__ uint32_t hist[kBins];
-  __shared__ uint32_t s_prefix, s_mask, s_k_rem;
-  __shared__ int s_take_all;
-  const int row_local = blockIdx.x / layout.ctas_per_row;
-  unsigned int* barrier = reinterpret_cast<unsigned int*>(workspace) + row_local;
-  uint32_t* ghist = reinterpret_cast<uint32_t*>(workspace + layout.barrier_bytes());
-  uint32_t* counts =
-      reinterpret_cast<uint32_t*>(workspace + layout.barrier_bytes() + layout.hist_bytes());
+// This thread's 16 keys, elements [first, first + 16) of the slice that ends at `end` (keys past
+// it are 0: never counted, never selected). `vector_loads`: the row is 16-byte aligned and its
+// stride a multiple of 4, so a float4 that starts before `end` stays inside the row.
+__device__ __forceinline__ void LoadKeys(const float* scores, int32_t first, int32_t end,
+                                         bool vector_loads, uint32_t* keys) {
+  float v[kPerThread];
+  if (vector_loads) {
+#pragma unroll
+    for (int q = 0; q < kPerThread / 4; ++q) {
+      const float4 f = first + 4 * q < end
+                           ? *reinterpret_cast<const float4*>(scores + first + 4 * q)
+                           : make_float4(NAN, NAN, NAN, NAN);
+      v[4 * q] = f.x;
+      v[4 * q + 1] = f.y;
+      v[4 * q + 2] = f.z;
+      v[4 * q + 3] = f.w;
+    }
+  } else {
+#pragma unroll
+    for (int j = 0; j < kPerThread; ++j) v[j] = first + j < end ? scores[first + j] : NAN;
+  }
+#pragma unroll
+  for (int j = 0; j < kPerThread; ++j) keys[j] = first + j < end ? Key(v[j]) : 0u;
+}
 
+// 16-bit suffix counts of this thread's kBinsPerThread bins, given how many of the CTA's
+// candidates have a digit >= its first bin.
+__device__ __forceinline__ void StoreSuffixCounts(const uint32_t* bins, uint32_t at_or_above,
+                                                  uint16_t* dst) {
+  uint32_t packed[kBinsPerThread / 2];
+#pragma unroll
+  for (int j = 0; j < kBinsPerThread; j += 2) {
+    const uint32_t lo = at_or_above;
+    const uint32_t hi = at_or_above - bins[j];
+    at_or_above = hi - bins[j + 1];
+    packed[j / 2] = lo | (hi << 16);
+  }
+  static_assert(kBinsPerThread == 4, "one 8-byte store");
+  *reinterpret_cast<uint2*>(dst) = make_uint2(packed[0], packed[1]);
+}
+
+__global__ void __launch_bounds__(kThreads, 2)
+    TopkKernel(TopkParams p, int row0, Layout layout, bool vector_loads, uint32_t* counters,
+               uint16_t* suffix_counts) {
+  __shared__ uint32_t hist[kBins];
+  // The selection so far: keys whose masked bits equal `prefix` are still candidates; k_rem of
+  // them are to be taken. `done`: every candidate is taken (or, take_all, every valid key).
+  __shared__ uint32_t s_prefix, s_mask, s_k_rem, s_digit[kPasses];
+  __shared__ int s_take_all, s_done, s_passes, s_last;
+  const int row_local = blockIdx.x / layout.ctas_per_row;
   const int cta = blockIdx.x % layout.ctas_per_row;
   const int row = row0 + row_local;
-  const bool live_row = row_local < layout.rows && row < p.num_rows;
-  const int32_t len = live_row ? p.lengths[row] : 0;
+  LetDependentsLaunch();
+  WaitForPredecessor();  // the scores, and the indices the kernel before may still read
+  // Rows past the batch are whole rows of CTAs: none of them touches the counters.
+  if (row_local >= layout.rows || row >= p.num_rows) return;
+  unsigned int* arrivals = counters + 2 * row_local;
+  unsigned int* departures = arrivals + 1;
+  uint32_t* row_hist = counters + layout.control_words() + size_t(row_local) * kPasses * kBins;
+  uint16_t* cta_suffix = suffix_counts + size_t(blockIdx.x) * kPasses * kBins;
+  const uint16_t* row_suffix =
+      suffix_counts + size_t(row_local) * layout.ctas_per_row * kPasses * kBins;
+  const int first_bin = threadIdx.x * kBinsPerThread;  // this thread's bins in scans
+
+  const int32_t len = p.lengths[row];
   const float* scores = p.scores + int64_t{row} * p.scores_stride;
-  const int32_t per_cta = (len + layout.ctas_per_row - 1) / layout.ctas_per_row;  // <= 4096
+  // Slices start at multiples of kPerThread elements, so a thread's keys are aligned float4s.
+  const int32_t per_cta = ((len + layout.ctas_per_row - 1) / layout.ctas_per_row + kPerThread - 1) /
+                          kPerThread * kPerThread;  // <= kElementsPerCta
   const int32_t begin = min(len, cta * per_cta), end = min(len, begin + per_cta);
-  // This thread's elements and their keys (0 past the slice: never counted, never selected).
   const int32_t my_begin = begin + static_cast<int32_t>(threadIdx.x) * kPerThread;
   uint32_t keys[kPerThread];
-  {
-    float v[kPerThread];
-#pragma unroll
-    for (int j = 0; j < kPerThread; ++j) v[j] = my_begin + j < end ? scores[my_begin + j] : NAN;
-#pragma unroll
-    for (int j = 0; j < kPerThread; ++j) keys[j] = Key(v[j]);
-  }
+  LoadKeys(scores, my_begin, end, vector_loads, keys);
   if (threadIdx.x == 0) {
     s_prefix = 0;
     s_mask = 0;
     s_k_rem = static_cast<uint32_t>(p.k);
     s_take_all = 0;
+    s_done = 0;
+    s_passes = 0;
   }
-  if (cta == 0) {
-    if (threadIdx.x == 0) *barrier = 0u;
-    for (int pass = 0; pass < kPasses; ++pass) {
-      uint32_t* h = ghist + (size_t(pass) * layout.rows + row_local) * kBins;
-      for (int b = threadIdx.x; b < kBins; b += kThreads) h[b] = 0u;
-    }
-  }
-  __threadfence();
-  cooperative_groups::this_grid().sync();  // the clearing is done everywhere
   __syncthreads();
 
-  unsigned int phase = 0;
   for (int pass = 0; pass < kPasses; ++pass) {
     const uint32_t prefix = s_prefix, mask = s_mask;
-    const bool active = live_row && !s_take_all;
     for (int b = threadIdx.x; b < kBins; b += kThreads) hist[b] = 0;
     __syncthreads();
-    if (active) {
-      const uint32_t digit_mask = (1u << Width(pass)) - 1u;
+    const uint32_t digit_mask = (1u << Width(pass)) - 1u;
+    {
       // Scores crowd into few bins (the first pass sees exponents), so the lanes of a warp that
       // share a bin add once, together.
       const unsigned lane = threadIdx.x % 32;
@@ -148,68 +196,86 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
     __syncthreads();
-    uint32_t* row_hist = ghist + (size_t(pass) * layout.rows + row_local) * kBins;
-    if (active) {
-      for (int b = threadIdx.x; b < kBins; b += kThreads) {
-        if (hist[b] != 0u) atomicAdd(&row_hist[b], hist[b]);
-      }
+    // Publish: the CTA's counts into the row's histogram, and its suffix counts.
+    uint32_t* pass_hist = row_hist + size_t(pass) * kBins;
+    for (int b = threadIdx.x; b < kBins; b += kThreads) {
+      if (hist[b] != 0u) atomicAdd(&pass_hist[b], hist[b]);
     }
-    GridBarrier(barrier, ++phase * layout.ctas_per_row);
-    if (!active) continue;
-    // Find the digit holding the k_rem-th largest remaining key.
-    for (int b = threadIdx.x; b < kBins; b += kThreads) hist[b] = __ldcg(&row_hist[b]);
-    __syncthreads();
-    constexpr int kPer = kBins / kThreads;
-    uint32_t mine = 0;
+    {
+      uint32_t bins[kBinsPerThread], sum = 0;
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) mine += hist[threadIdx.x * kPer + j];
-    // Sum of the bins above this thread's: a scan over threads in reverse order.
+      for (int j = 0; j < kBinsPerThread; ++j) sum += bins[j] = hist[first_bin + j];
+      uint32_t cta_total;
+      const uint32_t below = BlockExclusiveScan(sum, &cta_total);
+      StoreSuffixCounts(bins, cta_total - below, cta_suffix + size_t(pass) * kBins + first_bin);
+    }
+    RowBarrier(arrivals, (pass + 1) * layout.ctas_per_row);
+
+    // Find the digit holding the k_rem-th largest remaining key: this thread's bins of the row's
+    // histogram, and how many keys lie in the bins above them (a scan over threads, reversed).
+    const uint4 row_bins = __ldcg(reinterpret_cast<const uint4*>(pass_hist + first_bin));
+    const uint32_t bins[kBinsPerThread] = {row_bins.x, row_bins.y, row_bins.z, row_bins.w};
+    const uint32_t mine = bins[0] + bins[1] + bins[2] + bins[3];
     uint32_t total;
-    const uint32_t above_reversed = BlockExclusiveScan(mine, &total);  // bins below, in fact
-    const uint32_t above = total - above_reversed - mine;
+    const uint32_t below = BlockExclusiveScan(mine, &total);
+    const uint32_t above = total - below - mine;
     const uint32_t k_rem = s_k_rem;
+    __syncthreads();  // every thread has read s_k_rem before one of them changes it
     if (total < k_rem) {
-      if (threadIdx.x == 0) s_take_all = 1;  // fewer valid elements than k: take them all
+      if (threadIdx.x == 0) s_take_all = 1;  // fewer valid keys than k: take them all
     } else {
       uint32_t running = above;
-      for (int j = kPer - 1; j >= 0; --j) {
-        const int b = threadIdx.x * kPer + j;
-        if (running < k_rem && running + hist[b] >= k_rem) {
-          s_prefix = prefix | (uint32_t(b) << Shift(pass));
-          s_mask = mask | (((1u << Width(pass)) - 1u) << Shift(pass));
+#pragma unroll
+      for (int j = kBinsPerThread - 1; j >= 0; --j) {
+        if (running < k_rem && running + bins[j] >= k_rem) {
+          s_prefix = prefix | (uint32_t(first_bin + j) << Shift(pass));
+          s_mask = mask | (digit_mask << Shift(pass));
           s_k_rem = k_rem - running;
+          s_digit[pass] = first_bin + j;
+          // The bin holds exactly the keys still needed: take it whole, no further digits.
+          if (bins[j] == k_rem - running) s_done = 1;
         }
-        running += hist[b];
+        running += bins[j];
       }
     }
+    if (threadIdx.x == 0) s_passes = pass + 1;
     __syncthreads();
+    if (s_take_all || s_done) break;  // the same for every CTA of the row: all leave together
   }
 
-  // Selection: key > T, plus the first `need` keys equal to T in index order.
-  const uint32_t threshold = s_take_all ? 0u : s_prefix;
-  const uint32_t need = s_take_all ? 0u : s_k_rem;
+  // Selection: keys whose masked bits exceed the prefix, then the first `need` keys equal to it
+  // in index order (all of them when the last bin was taken whole, or take_all).
+  const bool take_all = s_take_all;
+  const int passes = s_passes;
+  const uint32_t mask = take_all ? 0u : s_mask;
+  const uint32_t threshold = take_all ? 0u : s_prefix;
+  const uint32_t need = take_all || s_done ? UINT32_MAX : s_k_rem;
   uint32_t gt = 0, eq = 0;
 #pragma unroll
   for (int j = 0; j < kPerThread; ++j) {
-    gt += keys[j] > threshold;
-    eq += keys[j] == threshold && keys[j] != 0u;
+    const uint32_t masked = keys[j] & mask;
+    gt += masked > threshold;
+    eq += masked == threshold && keys[j] != 0u;
   }
-  uint32_t cta_gt, cta_eq;
+  uint32_t cta_eq;
   const uint32_t eq_before_me = BlockExclusiveScan(eq, &cta_eq);
-  BlockExclusiveScan(gt, &cta_gt);
-  uint32_t* row_counts = counts + size_t(row_local) * layout.ctas_per_row * 2;
-  if (live_row && threadIdx.x == 0) {
-    row_counts[2 * cta] = cta_gt;
-    row_counts[2 * cta + 1] = cta_eq;
-  }
-  GridBarrier(barrier, ++phase * layout.ctas_per_row);
-  if (!live_row) return;
-  // The row's CTAs' counts, one per thread (ctas_per_row <= kThreads), scanned in one pass rather
-  // than read one after another by every thread.
+  // Thread i reads CTA i's counts from its suffix counts: keys whose digit exceeded the chosen
+  // one in the pass that parted them from the prefix, and (last pass) those equal to it.
   __shared__ uint32_t s_gt_before, s_eq_before;
-  const bool holds = static_cast<int>(threadIdx.x) < layout.ctas_per_row;
-  const uint32_t g_i = holds ? __ldcg(&row_counts[2 * threadIdx.x]) : 0u;
-  const uint32_t e_i = holds ? __ldcg(&row_counts[2 * threadIdx.x + 1]) : 0u;
+  uint32_t g_i = 0, e_i = 0;
+  if (static_cast<int>(threadIdx.x) < layout.ctas_per_row) {
+    const uint16_t* s = row_suffix + size_t(threadIdx.x) * kPasses * kBins;
+    auto at_or_above = [&](int pass, uint32_t b) -> uint32_t {
+      return b < kBins ? __ldcg(s + size_t(pass) * kBins + b) : 0u;
+    };
+    if (take_all) {
+      e_i = at_or_above(0, 0);  // every valid key
+    } else {
+      for (int pass = 0; pass < passes; ++pass) g_i += at_or_above(pass, s_digit[pass] + 1);
+      e_i = at_or_above(passes - 1, s_digit[passes - 1]) -
+            at_or_above(passes - 1, s_digit[passes - 1] + 1);
+    }
+  }
   uint32_t gt_total, eq_total;
   const uint32_t g_prefix = BlockExclusiveScan(g_i, &gt_total);
   const uint32_t e_prefix = BlockExclusiveScan(e_i, &eq_total);
@@ -228,10 +294,10 @@ __global__ void __launch_bounds__(kThreads)
   uint32_t rank = tie_rank0;
 #pragma unroll
   for (int j = 0; j < kPerThread; ++j) {
-    const uint32_t key = keys[j];
-    if (key > threshold) {
+    const uint32_t masked = keys[j] & mask;
+    if (masked > threshold) {
       out[pos++] = my_begin + j;
-    } else if (key == threshold && key != 0u) {
+    } else if (masked == threshold && keys[j] != 0u) {
       if (rank < need) out[pos++] = my_begin + j;
       ++rank;
     }
@@ -240,6 +306,20 @@ __global__ void __launch_bounds__(kThreads)
     const uint32_t selected = gt_total + min(eq_total, need);
     for (uint32_t i = selected + threadIdx.x; i < static_cast<uint32_t>(p.k); i += kThreads)
       out[i] = -1;
+  }
+
+  // The last CTA of the row to get here (every other one is past its barriers and reads) leaves
+  // the row's counters zero for the next launch.
+  __syncthreads();
+  if (threadIdx.x == 0) s_last = atomicAdd(departures, 1u) == unsigned(layout.ctas_per_row) - 1u;
+  __syncthreads();
+  if (s_last) {
+    if (threadIdx.x == 0) {
+      *arrivals = 0u;
+      *departures = 0u;
+    }
+    uint4* h = reinterpret_cast<uint4*>(row_hist);
+    for (int i = threadIdx.x; i < passes * kBins / 4; i += kThreads) h[i] = make_uint4(0, 0, 0, 0);
   }
 }
 
@@ -257,31 +337,36 @@ Layout MakeLayout(const TopkParams& p) {
   const int by_length = (p.scores_stride + kElementsPerCta - 1) / kElementsPerCta;
   layout.ctas_per_row = max(1, by_length);
   layout.rows = max(1, min(p.num_rows, capacity / layout.ctas_per_row));
+  layout.fits = layout.ctas_per_row <= capacity;
   return layout;
 }
 
 }  // namespace
 
-size_t TopkWorkspaceBytes(const TopkParams& p) { return MakeLayout(p).total(); }
+TopkWorkspaceSizes TopkWorkspaceBytes(const TopkParams& p) {
+  const Layout layout = MakeLayout(p);
+  return {layout.scratch_bytes(), layout.counter_bytes()};
+}
 
-LaunchStatus TopkLaunch(const TopkParams& p, void* workspace, size_t workspace_bytes,
-                        cudaStream_t stream) {
+LaunchStatus TopkLaunch(const TopkParams& p, const TopkWorkspace& ws, cudaStream_t stream) {
   if (p.k < 1 || p.k > kMaxTopk) return Unsupported("k outside [1, 2048]");
   if (p.scores_stride > kMaxRowLength) return Unsupported("top-k rows over 1,048,576 scores");
   if (p.num_rows == 0) return {};
   Layout layout = MakeLayout(p);
-  if (workspace_bytes < layout.total()) return LaunchStatus{cudaErrorInvalidValue, nullptr};
-  uint8_t* ws = static_cast<uint8_t*>(workspace);
+  if (!layout.fits) return Unsupported("top-k rows longer than this GPU holds at once");
+  if (ws.scratch_bytes < layout.scratch_bytes() || ws.counter_bytes < layout.counter_bytes()) {
+    return LaunchStatus{cudaErrorInvalidValue, nullptr};
+  }
+  bool vector_loads = reinterpret_cast<uintptr_t>(p.scores) % 16 == 0 && p.scores_stride % 4 == 0;
+  uint32_t* counters = static_cast<uint32_t*>(ws.counters);
+  uint16_t* suffix_counts = static_cast<uint16_t*>(ws.scratch);
   for (int row0 = 0; row0 < p.num_rows; row0 += layout.rows) {
-    TopkParams params = p;
-    int first = row0;
-    void* args[] = {&params, &first, &layout, &ws};
-    const cudaError_t launch = cudaLaunchCooperativeKernel(
-        reinterpret_cast<const void*>(TopkKernel), dim3(layout.rows * layout.ctas_per_row),
-        dim3(kThreads), args, 0, stream);
+    const cudaError_t launch =
+        LaunchDependent(TopkKernel, dim3(layout.rows * layout.ctas_per_row), dim3(kThreads), 0,
+                        stream, true, p, row0, layout, vector_loads, counters, suffix_counts);
     if (launch != cudaSuccess) return LaunchStatus{launch, nullptr};
   }
-  return LastLaunchError();
+  return {};
 }
 
 }  // namespace kvp

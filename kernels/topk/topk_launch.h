@@ -11,9 +11,22 @@
 
 namespace kvp {
 
-size_t TopkWorkspaceBytes(const TopkParams& p);
+struct TopkWorkspaceSizes {
+  size_t scratch_bytes = 0;  // any contents; rewritten by every launch
+  size_t counter_bytes = 0;  // all zero before a launch; the launch leaves them zero
+};
 
-LaunchStatus TopkLaunch(const TopkParams& p, void* workspace, size_t workspace_bytes,
-                        cudaStream_t stream);
+// Device memory for one launch. `counters` must be all zero before the first launch (zero it when
+// allocating); every launch leaves it zero again, so it needs no clearing in between.
+struct TopkWorkspace {
+  void* scratch = nullptr;
+  size_t scratch_bytes = 0;
+  void* counters = nullptr;
+  size_t counter_bytes = 0;
+};
+
+TopkWorkspaceSizes TopkWorkspaceBytes(const TopkParams& p);
+
+LaunchStatus TopkLaunch(const TopkParams& p, const TopkWorkspace& workspace, cudaStream_t stream);
 
 }  // namespace kvp

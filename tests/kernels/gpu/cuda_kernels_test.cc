@@ -370,15 +370,16 @@ TEST_F(CudaKernelsTest, IndexerLogitsMatchTheReference) {
   EXPECT_EQ(Down<float>(dout, want.size()), got) << "run to run";
 }
 
+// `ws` is shared by the calls of a test: top-k's counters must be left zero by every launch, or the
+// next call (another shape) goes wrong.
 void ExpectTopkEqualsReference(const std::vector<float>& scores, const std::vector<int32_t>& lens,
-                               int stride, int k, const std::string& what) {
+                               int stride, int k, const std::string& what, CudaWorkspace& ws) {
   const int rows = static_cast<int>(lens.size());
   std::vector<int32_t> want(size_t(rows) * k, -7);
   TopkParams ref{scores.data(), lens.data(), want.data(), stride, rows, k};
   ASSERT_TRUE(TopkRef(ref).ok());
   DeviceBuffer ds = Up(scores), dl = Up(lens), di = Up(std::vector<int32_t>(want.size(), -7));
   TopkParams dev{ds.get<float>(), dl.get<int32_t>(), di.get<int32_t>(), stride, rows, k};
-  CudaWorkspace ws;
   ASSERT_TRUE(TopkCuda(dev, ws, nullptr).ok());
   const auto got = Down<int32_t>(di, want.size());
   EXPECT_EQ(got, want) << what;
@@ -388,11 +389,12 @@ void ExpectTopkEqualsReference(const std::vector<float>& scores, const std::vect
 
 TEST_F(CudaKernelsTest, TopkEqualsTheReferenceElementForElement) {
   std::normal_distribution<float> normal;
+  CudaWorkspace ws;
   for (int k : {1, 256, 2048}) {
     const int stride = 163840;
     std::vector<float> scores(stride);
     for (float& x : scores) x = normal(rng_);
-    ExpectTopkEqualsReference(scores, {stride}, stride, k, "random k=" + std::to_string(k));
+    ExpectTopkEqualsReference(scores, {stride}, stride, k, "random k=" + std::to_string(k), ws);
   }
   // Batches with rows of different lengths, ties, -inf, NaN, short rows.
   const int rows = 12, stride = 20000;
@@ -421,8 +423,25 @@ TEST_F(CudaKernelsTest, TopkEqualsTheReferenceElementForElement) {
       }
     }
   }
-  ExpectTopkEqualsReference(scores, lens, stride, 2048, "mixed rows");
-  ExpectTopkEqualsReference(scores, lens, stride, 64, "mixed rows k=64");
+  ExpectTopkEqualsReference(scores, lens, stride, 2048, "mixed rows", ws);
+  ExpectTopkEqualsReference(scores, lens, stride, 64, "mixed rows k=64", ws);
+  // Rows not 16-byte aligned (odd stride): the scalar loads.
+  const int odd = stride - 3;
+  ExpectTopkEqualsReference(std::vector<float>(scores.begin(), scores.begin() + 4 * odd),
+                            {odd, odd - 1, 2047, odd - 5000}, odd, 2048, "odd stride", ws);
+}
+
+TEST_F(CudaKernelsTest, TopkOfMoreRowsThanTheGpuHoldsAtOnce) {
+  // 160 rows of 65,536 scores are 2,560 CTAs: several cooperative launches, one workspace.
+  const int rows = 160, stride = 65536;
+  std::vector<float> scores(size_t(rows) * stride);
+  std::normal_distribution<float> normal;
+  for (float& x : scores) x = normal(rng_);
+  std::vector<int32_t> lens(rows);
+  for (int r = 0; r < rows; ++r) lens[r] = r % 5 == 0 ? 1000 + r : stride - r;
+  CudaWorkspace ws;
+  ExpectTopkEqualsReference(scores, lens, stride, 2048, "160 rows", ws);
+  ExpectTopkEqualsReference(scores, lens, stride, 100, "160 rows k=100", ws);
 }
 
 TEST_F(CudaKernelsTest, TopkTakesTheLongestRowsAndNamesTheLimitBeyond) {
@@ -431,11 +450,11 @@ TEST_F(CudaKernelsTest, TopkTakesTheLongestRowsAndNamesTheLimitBeyond) {
   std::vector<float> scores(size_t{2} * stride);
   std::uniform_int_distribution<int> levels(0, 400);
   for (float& x : scores) x = static_cast<float>(levels(rng_)) * 0.25f;
-  ExpectTopkEqualsReference(scores, {stride, stride - 12345}, stride, 2048, "longest rows");
+  CudaWorkspace ws;
+  ExpectTopkEqualsReference(scores, {stride, stride - 12345}, stride, 2048, "longest rows", ws);
   DeviceBuffer ds = Up(std::vector<float>(stride + 1, 1.0f)), dl = Up(std::vector<int32_t>{1});
   DeviceBuffer di = Up(std::vector<int32_t>(16));
   TopkParams longer{ds.get<float>(), dl.get<int32_t>(), di.get<int32_t>(), stride + 1, 1, 16};
-  CudaWorkspace ws;
   const absl::Status s = TopkCuda(longer, ws, nullptr);
   EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
   EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("1,048,576"));
