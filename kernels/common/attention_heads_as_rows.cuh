@@ -30,6 +30,8 @@ __global__ void __launch_bounds__(kWarps * 32)
   extern __shared__ __align__(16) uint8_t smem[];
   __half2* pair_levels = reinterpret_cast<__half2*>(smem + kPairLevelsOffset<kHeadDim, kVBits>);
   FillPairLevels<kVBits>(pair_levels);
+  LetDependentsLaunch();
+  WaitForPredecessor();  // the positions (top-k) and the workspace may still be in use
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;

@@ -15,77 +15,100 @@
 #include "kernels/common/attention_heads_as_columns.cuh"
 #include "kernels/common/attention_heads_as_rows.cuh"
 #include "kernels/common/attention_pipeline.cuh"
+#include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/launch_status.h"
 
 namespace kvp::attention {
 
-// Block-wide reduction of one float per thread with `op`; every thread gets the result. `scratch`
-// holds one float per warp.
-template <class Op>
-__device__ float BlockReduce(float v, float* scratch, Op op) {
-  for (int offset = 16; offset > 0; offset /= 2) v = op(v, __shfl_xor_sync(0xFFFFFFFFu, v, offset));
-  const int warp = threadIdx.x / 32, warps = blockDim.x / 32;
-  __syncthreads();  // scratch may still be read by a previous reduction
-  if (threadIdx.x % 32 == 0) scratch[warp] = v;
-  __syncthreads();
-  v = scratch[0];
-  for (int w = 1; w < warps; ++w) v = op(v, scratch[w]);
-  return v;
-}
+// The combining kernel: one CTA of kCombineWarps warps per (sequence, q head).
+inline constexpr int kCombineWarps = 4;
 
-// Parts above which the combining kernel spreads them over 4 threads per element.
-inline constexpr int kManyParts = 16;
-
-// Merges the parts of one (sequence, q head), rotates back and writes out. Block: D × kLanes
-// threads. kLanes = 1 (few parts): every thread reads all maxima and sums. kLanes = 4 (many
-// parts, batch 1): the maxima and sums are read by all threads at once into shared memory
-// (dynamic: one float per part), and lane l of element e sums parts l, l + 4, ...: a few
-// dependent loads instead of one per part.
-template <int kHeadDim, int kLanes>
-__global__ void __launch_bounds__(kHeadDim* kLanes)
+// Merges the parts of one (sequence, q head), rotates back and writes out. Lane l of every warp
+// owns output elements [l·kPer, l·kPer + kPer). Each warp finds the maximum over all parts (lanes
+// read different parts) and sums its share of the parts (warp w: parts w, w + kCombineWarps, ...;
+// their loads are independent, so several parts are in flight at once); one barrier merges the
+// warps, and warp 0 applies the inverse Walsh-Hadamard rotation in registers (stages below kPer
+// within a lane, the others across lanes with shuffles) and writes.
+template <int kHeadDim>
+__global__ void __launch_bounds__(kCombineWarps * 32)
     AttentionCombineKernel(AttentionParams p, int parts_n, const float* parts) {
   constexpr int kRow = kRowFloats<kHeadDim>;
-  __shared__ float x[kHeadDim];
-  const int e = threadIdx.x % kHeadDim, lane = threadIdx.x / kHeadDim;
-  const int qh = blockIdx.x, seq = blockIdx.y;
-  const float* base = parts + (int64_t{seq} * p.num_q_heads + qh) * parts_n * kRow;
-  float sum = 0.0f, o = 0.0f;
-  if constexpr (kLanes == 1) {
-    float max_m = -INFINITY;
+  constexpr int kPer = kHeadDim / 32;  // 2, 4 or 8 elements a lane
+  __shared__ float warp_x[kCombineWarps][kHeadDim];
+  __shared__ float warp_sum[kCombineWarps];
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int64_t head = int64_t{blockIdx.y} * p.num_q_heads + blockIdx.x;
+  LetDependentsLaunch();
+  WaitForPredecessor();  // the parts
+  const float* base = parts + head * parts_n * kRow;
+  float max_m = -INFINITY;
+  for (int i = lane; i < parts_n; i += 32) max_m = fmaxf(max_m, base[i * kRow]);
+#pragma unroll
+  for (int offset = 16; offset > 0; offset /= 2)
+    max_m = fmaxf(max_m, __shfl_xor_sync(0xFFFFFFFFu, max_m, offset));
+  float sum = 0.0f, x[kPer] = {};
+  if (max_m != -INFINITY) {
 #pragma unroll 8
-    for (int i = 0; i < parts_n; ++i) max_m = fmaxf(max_m, base[i * kRow]);
-    if (max_m != -INFINITY) {
-#pragma unroll 8
-      for (int i = 0; i < parts_n; ++i) {
-        const float w = exp2f(base[i * kRow] - max_m);
-        sum += w * base[i * kRow + 1];
-        o += w * base[i * kRow + 2 + e];
+    for (int i = warp; i < parts_n; i += kCombineWarps) {
+      const float* row = base + i * kRow;
+      const float w = exp2f(row[0] - max_m);
+      sum += w * row[1];
+      // Rows are kHeadDim + 2 floats: 8-byte aligned at element 2.
+      const float2* acc = reinterpret_cast<const float2*>(row + 2 + lane * kPer);
+#pragma unroll
+      for (int j = 0; j < kPer / 2; ++j) {
+        const float2 a = acc[j];
+        x[2 * j] += w * a.x;
+        x[2 * j + 1] += w * a.y;
       }
     }
-  } else {
-    extern __shared__ float weights[];  // [parts_n]
-    __shared__ float scratch[kHeadDim * kLanes / 32];
-    __shared__ float lane_sums[kLanes][kHeadDim];
-    float max_m = -INFINITY;
-    for (int i = threadIdx.x; i < parts_n; i += blockDim.x) max_m = fmaxf(max_m, base[i * kRow]);
-    max_m = BlockReduce(max_m, scratch, [](float a, float b) { return fmaxf(a, b); });
-    for (int i = threadIdx.x; i < parts_n; i += blockDim.x) {
-      const float w = max_m == -INFINITY ? 0.0f : exp2f(base[i * kRow] - max_m);
-      weights[i] = w;
-      sum += w * base[i * kRow + 1];
-    }
-    sum = BlockReduce(sum, scratch, [](float a, float b) { return a + b; });  // weights are ready
-#pragma unroll 8
-    for (int i = lane; i < parts_n; i += kLanes) o += weights[i] * base[i * kRow + 2 + e];
-    lane_sums[lane][e] = o;
-    __syncthreads();
-    o = 0.0f;
-#pragma unroll
-    for (int l = 0; l < kLanes; ++l) o += lane_sums[l][e];
   }
-  if (lane == 0) x[e] = Normalized(o, sum, p);
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) warp_x[warp][lane * kPer + j] = x[j];
+  if (lane == 0) warp_sum[warp] = sum;
   __syncthreads();
-  RotateBackAndWrite<kHeadDim>(x, 1, p, int64_t{seq} * p.num_q_heads + qh);
+  if (warp != 0) return;
+  sum = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kCombineWarps; ++w) sum += warp_sum[w];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    float o = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kCombineWarps; ++w) o += warp_x[w][lane * kPer + j];
+    x[j] = Normalized(o, sum, p);
+  }
+  const LayerCache& c = p.cache;
+  if (TraitsOf(c.v_codec.format).turbo && c.v_codec.rotate) {
+#pragma unroll
+    for (int h = 1; h < kPer; h *= 2) {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        if ((j & h) == 0) {
+          const float a = x[j], b = x[j + h];
+          x[j] = a + b;
+          x[j + h] = a - b;
+        }
+      }
+    }
+#pragma unroll
+    for (int lanes = 1; lanes < 32; lanes *= 2) {
+      const bool upper = (lane & lanes) != 0;  // holds element e + h of each butterfly
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const float other = __shfl_xor_sync(0xFFFFFFFFu, x[j], lanes);
+        x[j] = upper ? other - x[j] : x[j] + other;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      x[j] *= InvSqrtHeadDim(kHeadDim);
+      if (c.v_codec.signs.Negative(lane * kPer + j)) x[j] = -x[j];
+    }
+  }
+  float* out = p.out + head * kHeadDim + lane * kPer;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) out[j] = x[j];
 }
 
 // One parts kernel with what its launch needs: set up once per instantiation (shared-memory
@@ -180,17 +203,16 @@ LaunchStatus LaunchAttention(const AttentionParams& p, const PositionSource& src
     }
     float* parts = static_cast<float*>(workspace);
     const dim3 grid(plan.splits, p.cache.num_kv_heads * plan.ctas_per_kv_head(), p.num_seqs);
-    k.kernel<<<grid, kWarps * 32, k.shared_bytes, stream>>>(p, src, plan, parts);
-    const dim3 heads(p.num_q_heads, p.num_seqs);
-    if (plan.parts() == 1 && k.heads_as_columns) {
-      // The parts kernel wrote the outputs itself.
-    } else if (plan.parts() <= kManyParts) {
-      AttentionCombineKernel<kD, 1><<<heads, kD, 0, stream>>>(p, plan.parts(), parts);
+    cudaError_t launched = LaunchDependent(k.kernel, grid, dim3(kWarps * 32), k.shared_bytes,
+                                           stream, false, p, src, plan, parts);
+    if (launched != cudaSuccess || (plan.parts() == 1 && k.heads_as_columns)) {
+      // Failed, or the parts kernel wrote the outputs itself.
     } else {
-      AttentionCombineKernel<kD, 4>
-          <<<heads, kD * 4, plan.parts() * sizeof(float), stream>>>(p, plan.parts(), parts);
+      const dim3 heads(p.num_q_heads, p.num_seqs);
+      launched = LaunchDependent(AttentionCombineKernel<kD>, heads, dim3(kCombineWarps * 32), 0,
+                                 stream, false, p, plan.parts(), static_cast<const float*>(parts));
     }
-    return LastLaunchError();
+    return LaunchStatus{launched, nullptr};
   });
 }
 

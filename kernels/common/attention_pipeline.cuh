@@ -14,6 +14,7 @@
 
 #include "kernels/common/attention_params.h"
 #include "kernels/common/cp_async.cuh"
+#include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/mma.cuh"
 #include "kernels/common/work_split.h"
 #include "kvpool/format/turbo_codebook.h"
