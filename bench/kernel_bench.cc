@@ -337,6 +337,19 @@ class Bench {
                              t.median_us,
                              double(batch) * ctx * (kIndexHeadDim + 4 + 4),
                              {}});
+      // Top-2048 of those logits, as a batched decode step selects them.
+      Progress("top-k batch 32");
+      ASSIGN_OR_RETURN(DeviceBuffer lens, ToDevice(std::vector<int32_t>(batch, ctx)));
+      ASSIGN_OR_RETURN(DeviceBuffer indices, DeviceBuffer::Allocate(size_t(batch) * 2048 * 4));
+      const TopkParams tp{
+          logits.get<float>(), lens.get<int32_t>(), indices.get<int32_t>(), ctx, batch, 2048};
+      ASSIGN_OR_RETURN(Timing tt,
+                       TimeMedian([&](int) { return TopkCuda(tp, ws_topk_, stream_); }, stream_));
+      report.rows.push_back({"topk",
+                             absl::StrFormat("batch=%d n=%d k=2048", batch, ctx),
+                             tt.median_us,
+                             double(batch) * (ctx * 4.0 + 2048 * 4.0),
+                             {}});
     }
     for (int q_heads : {32, 128}) {
       const int batch = quick_ ? 16 : 128, ctx = 8192, kv = q_heads == 128 ? 1 : 8;

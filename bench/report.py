@@ -17,7 +17,7 @@ def batch_key(op, shape):
     if op == "indexer_logits":
         return f"batch={fields['batch']} tokens={fields['tokens']}"
     if op == "topk":
-        return f"batch=1 n={fields['n']} k={fields['k']}"
+        return f"batch={fields['batch']} n={fields['n']} k={fields['k']}"
     if op == "sparse_decode":
         return f"batch={fields['batch']} q/kv={fields['q/kv']}"
     if op == "cache_write":

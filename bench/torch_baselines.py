@@ -77,11 +77,16 @@ def main():
                  "median_us": us})
     del k32, q32
 
-    # Top-k over 163,840 scores.
+    # Top-k over 163,840 scores, and over a batch of 32 rows of 65,536.
     scores = [torch.randn(n, device=dev, generator=gen) for _ in range(32)]
     for k in (256, 2048):
         us = median_us(lambda i: torch.topk(scores[i], k), 32)
         rows.append({"op": "topk", "key": f"batch=1 n={n} k={k}", "torch": "torch.topk", "median_us": us})
+    del scores
+    batch_scores = torch.randn(b, n32, device=dev, generator=gen)
+    us = median_us(lambda i: torch.topk(batch_scores, 2048, dim=-1))
+    rows.append({"op": "topk", "key": f"batch={b} n={n32} k=2048", "torch": "torch.topk", "median_us": us})
+    del batch_scores
 
     # Sparse decode: gather the selected bf16 rows, then SDPA.
     for batch, heads, kv in [(1, 32, 8), (16 if args.quick else 128, 32, 8), (16 if args.quick else 128, 128, 1)]:

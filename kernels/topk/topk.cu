@@ -5,8 +5,8 @@
 // reference's exactly. Barriers between the passes are per row (rows never wait for each other, and
 // few CTAs share a counter); the launch is cooperative so every CTA is resident. A CTA reads its
 // slice once: thread t keeps the keys of elements [8 t, 8 t + 8) in registers for all passes.
-// A pass stops the search early when the bin it chose holds exactly the keys still needed (as good
-// as always after two passes when scores are distinct): that bin is taken whole.
+// A pass stops the search early when the bin it chose holds exactly the keys still needed (often
+// after two passes when scores are distinct): that bin is taken whole.
 //
 // Three barriers a row, one per pass, and nothing else to wait for:
 //   - the compaction needs, for each CTA, how many elements of the CTAs before it are selected.
@@ -22,24 +22,27 @@
 namespace kvp {
 namespace {
 
-constexpr int kThreads = 512;
 constexpr int kBins = 2048;
 constexpr int kPasses = 3;
 // Digit of each pass: bits [Shift, Shift + Width) of the key.
 __host__ __device__ constexpr int Shift(int pass) { return pass == 0 ? 21 : pass == 1 ? 10 : 0; }
 __host__ __device__ constexpr int Width(int pass) { return pass == 2 ? 10 : 11; }
 constexpr int kElementsPerCta = 4096;  // enough work per CTA to amortize the barriers
-constexpr int kPerThread = kElementsPerCta / kThreads;  // keys a thread holds
-constexpr int kBinsPerThread = kBins / kThreads;        // bins a thread scans
-// A row's CTAs must all be resident: 256 of them fit an H100/H200 at two CTAs per SM.
+// CTAs of 512 threads (8 keys each, two CTAs an SM) when a launch's CTAs fit the GPU that way:
+// twice the warps of a 256-thread CTA to hide each warp's latency, which is what a batch of one
+// row waits on. Batches that need more CTAs than that take 256 threads (16 keys each, four an SM),
+// so they still go in one launch.
+constexpr int kWideThreads = 512, kNarrowThreads = 256;
+// A row's CTAs must all be resident: 256 of them fit an H100/H200.
 constexpr int64_t kMaxRowLength = int64_t{1} << 20;
-static_assert(kMaxRowLength / kElementsPerCta <= kThreads, "one thread per CTA of a row");
+static_assert(kMaxRowLength / kElementsPerCta <= kNarrowThreads, "one thread per CTA of a row");
 static_assert(kElementsPerCta < 65536, "suffix counts are 16-bit");
 
 // Counters (zero between launches): per row an arrival and a departure count, then the row's
 // histogram of each pass. Scratch (rewritten by every launch): per CTA and pass, its suffix counts.
 struct Layout {
-  int rows = 0;  // rows per launch
+  int threads = kWideThreads;  // per CTA
+  int rows = 0;                // rows per launch
   int ctas_per_row = 1;
   bool fits = true;  // a row's CTAs are resident at once on this GPU
   __host__ __device__ size_t control_words() const { return (size_t(rows) * 2 + 63) / 64 * 64; }
@@ -72,6 +75,7 @@ __device__ __forceinline__ void RowBarrier(unsigned int* counter, unsigned int t
 }
 
 // Exclusive prefix sum over the block; *total gets the sum of all.
+template <int kThreads>
 __device__ __forceinline__ uint32_t BlockExclusiveScan(uint32_t v, uint32_t* total) {
   __shared__ uint32_t warp_sums[kThreads / 32];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -96,6 +100,7 @@ __device__ __forceinline__ uint32_t BlockExclusiveScan(uint32_t v, uint32_t* tot
 // This thread's 16 keys, elements [first, first + 16) of the slice that ends at `end` (keys past
 // it are 0: never counted, never selected). `vector_loads`: the row is 16-byte aligned and its
 // stride a multiple of 4, so a float4 that starts before `end` stays inside the row.
+template <int kPerThread>
 __device__ __forceinline__ void LoadKeys(const float* scores, int32_t first, int32_t end,
                                          bool vector_loads, uint32_t* keys) {
   float v[kPerThread];
@@ -120,6 +125,7 @@ __device__ __forceinline__ void LoadKeys(const float* scores, int32_t first, int
 
 // 16-bit suffix counts of this thread's kBinsPerThread bins, given how many of the CTA's
 // candidates have a digit >= its first bin.
+template <int kBinsPerThread>
 __device__ __forceinline__ void StoreSuffixCounts(const uint32_t* bins, uint32_t at_or_above,
                                                   uint16_t* dst) {
   uint32_t packed[kBinsPerThread / 2];
@@ -130,13 +136,20 @@ __device__ __forceinline__ void StoreSuffixCounts(const uint32_t* bins, uint32_t
     at_or_above = hi - bins[j + 1];
     packed[j / 2] = lo | (hi << 16);
   }
-  static_assert(kBinsPerThread == 4, "one 8-byte store");
-  *reinterpret_cast<uint2*>(dst) = make_uint2(packed[0], packed[1]);
+  static_assert(kBinsPerThread % 4 == 0, "8-byte stores");
+#pragma unroll
+  for (int j = 0; j < kBinsPerThread / 4; ++j) {
+    reinterpret_cast<uint2*>(dst)[j] = make_uint2(packed[2 * j], packed[2 * j + 1]);
+  }
 }
 
-__global__ void __launch_bounds__(kThreads, 2)
+// 64 registers a thread in both shapes: 1024 threads an SM.
+template <int kThreads>
+__global__ void __launch_bounds__(kThreads, 1024 / kThreads)
     TopkKernel(TopkParams p, int row0, Layout layout, bool vector_loads, uint32_t* counters,
                uint16_t* suffix_counts) {
+  constexpr int kPerThread = kElementsPerCta / kThreads;  // keys a thread holds
+  constexpr int kBinsPerThread = kBins / kThreads;        // bins a thread scans
   __shared__ uint32_t hist[kBins];
   // The selection so far: keys whose masked bits equal `prefix` are still candidates; k_rem of
   // them are to be taken. `done`: every candidate is taken (or, take_all, every valid key).
@@ -165,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int32_t begin = min(len, cta * per_cta), end = min(len, begin + per_cta);
   const int32_t my_begin = begin + static_cast<int32_t>(threadIdx.x) * kPerThread;
   uint32_t keys[kPerThread];
-  LoadKeys(scores, my_begin, end, vector_loads, keys);
+  LoadKeys<kPerThread>(scores, my_begin, end, vector_loads, keys);
   if (threadIdx.x == 0) {
     s_prefix = 0;
     s_mask = 0;
@@ -206,18 +219,28 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
       for (int j = 0; j < kBinsPerThread; ++j) sum += bins[j] = hist[first_bin + j];
       uint32_t cta_total;
-      const uint32_t below = BlockExclusiveScan(sum, &cta_total);
-      StoreSuffixCounts(bins, cta_total - below, cta_suffix + size_t(pass) * kBins + first_bin);
+      const uint32_t below = BlockExclusiveScan<kThreads>(sum, &cta_total);
+      StoreSuffixCounts<kBinsPerThread>(bins, cta_total - below,
+                                        cta_suffix + size_t(pass) * kBins + first_bin);
     }
     RowBarrier(arrivals, (pass + 1) * layout.ctas_per_row);
 
     // Find the digit holding the k_rem-th largest remaining key: this thread's bins of the row's
     // histogram, and how many keys lie in the bins above them (a scan over threads, reversed).
-    const uint4 row_bins = __ldcg(reinterpret_cast<const uint4*>(pass_hist + first_bin));
-    const uint32_t bins[kBinsPerThread] = {row_bins.x, row_bins.y, row_bins.z, row_bins.w};
-    const uint32_t mine = bins[0] + bins[1] + bins[2] + bins[3];
+    uint32_t bins[kBinsPerThread];
+#pragma unroll
+    for (int j = 0; j < kBinsPerThread; j += 4) {
+      const uint4 four = __ldcg(reinterpret_cast<const uint4*>(pass_hist + first_bin + j));
+      bins[j] = four.x;
+      bins[j + 1] = four.y;
+      bins[j + 2] = four.z;
+      bins[j + 3] = four.w;
+    }
+    uint32_t mine = 0;
+#pragma unroll
+    for (int j = 0; j < kBinsPerThread; ++j) mine += bins[j];
     uint32_t total;
-    const uint32_t below = BlockExclusiveScan(mine, &total);
+    const uint32_t below = BlockExclusiveScan<kThreads>(mine, &total);
     const uint32_t above = total - below - mine;
     const uint32_t k_rem = s_k_rem;
     __syncthreads();  // every thread has read s_k_rem before one of them changes it
@@ -258,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     eq += masked == threshold && keys[j] != 0u;
   }
   uint32_t cta_eq;
-  const uint32_t eq_before_me = BlockExclusiveScan(eq, &cta_eq);
+  const uint32_t eq_before_me = BlockExclusiveScan<kThreads>(eq, &cta_eq);
   // Thread i reads CTA i's counts from its suffix counts: keys whose digit exceeded the chosen
   // one in the pass that parted them from the prefix, and (last pass) those equal to it.
   __shared__ uint32_t s_gt_before, s_eq_before;
@@ -277,8 +300,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     }
   }
   uint32_t gt_total, eq_total;
-  const uint32_t g_prefix = BlockExclusiveScan(g_i, &gt_total);
-  const uint32_t e_prefix = BlockExclusiveScan(e_i, &eq_total);
+  const uint32_t g_prefix = BlockExclusiveScan<kThreads>(g_i, &gt_total);
+  const uint32_t e_prefix = BlockExclusiveScan<kThreads>(e_i, &eq_total);
   if (static_cast<int>(threadIdx.x) == cta) {
     s_gt_before = g_prefix;
     s_eq_before = e_prefix;
@@ -288,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   const uint32_t tie_rank0 = eq_before + eq_before_me;
   const uint32_t ties_taken = tie_rank0 >= need ? 0u : min(eq, need - tie_rank0);
   uint32_t unused;
-  const uint32_t out_before_me = BlockExclusiveScan(gt + ties_taken, &unused);
+  const uint32_t out_before_me = BlockExclusiveScan<kThreads>(gt + ties_taken, &unused);
   int32_t* out = p.indices + int64_t{row} * p.k;
   uint32_t pos = gt_before + min(eq_before, need) + out_before_me;
   uint32_t rank = tie_rank0;
@@ -323,19 +346,28 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-Layout MakeLayout(const TopkParams& p) {
-  static int capacity = [] {
+// CTAs of the kThreads-thread kernel resident on the whole GPU at once.
+template <int kThreads>
+int Capacity() {
+  static const int capacity = [] {
     int device = 0, sms = 0, per_sm = 0;
     cudaGetDevice(&device);
     cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, TopkKernel, kThreads, 0);
+    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, TopkKernel<kThreads>, kThreads, 0);
     return sms * (per_sm > 0 ? per_sm : 1);
   }();
+  return capacity;
+}
+
+Layout MakeLayout(const TopkParams& p) {
   // Every CTA's slice must fit its threads' registers (kElementsPerCta), so rows that do not fit
   // the GPU at once go in several launches rather than in longer slices.
   Layout layout;
   const int by_length = (p.scores_stride + kElementsPerCta - 1) / kElementsPerCta;
   layout.ctas_per_row = max(1, by_length);
+  const bool wide = int64_t{p.num_rows} * layout.ctas_per_row <= Capacity<kWideThreads>();
+  layout.threads = wide ? kWideThreads : kNarrowThreads;
+  const int capacity = wide ? Capacity<kWideThreads>() : Capacity<kNarrowThreads>();
   layout.rows = max(1, min(p.num_rows, capacity / layout.ctas_per_row));
   layout.fits = layout.ctas_per_row <= capacity;
   return layout;
@@ -361,9 +393,10 @@ LaunchStatus TopkLaunch(const TopkParams& p, const TopkWorkspace& ws, cudaStream
   uint32_t* counters = static_cast<uint32_t*>(ws.counters);
   uint16_t* suffix_counts = static_cast<uint16_t*>(ws.scratch);
   for (int row0 = 0; row0 < p.num_rows; row0 += layout.rows) {
-    const cudaError_t launch =
-        LaunchDependent(TopkKernel, dim3(layout.rows * layout.ctas_per_row), dim3(kThreads), 0,
-                        stream, true, p, row0, layout, vector_loads, counters, suffix_counts);
+    const cudaError_t launch = LaunchDependent(
+        layout.threads == kWideThreads ? TopkKernel<kWideThreads> : TopkKernel<kNarrowThreads>,
+        dim3(layout.rows * layout.ctas_per_row), dim3(layout.threads), 0, stream, true, p, row0,
+        layout, vector_loads, counters, suffix_counts);
     if (launch != cudaSuccess) return LaunchStatus{launch, nullptr};
   }
   return {};
