@@ -129,11 +129,18 @@ __device__ __forceinline__ void RotateHead(float* x, int group, const RotationSi
   for (int i = 0; i < 16; ++i) x[i] = MulRn(x[i], kInvSqrt);
 }
 
+// TurboLevel from a copy of the codebook in shared memory: one load (the levels sit in distinct
+// banks) instead of a tree of selects per value.
+struct SharedTurboLevels {
+  const float* levels;
+  __device__ float operator()(int code) const { return levels[code]; }
+};
+
 template <int kBits>
 __device__ __forceinline__ void StoreTurboGroup(const float* y, float v_scale, uint8_t* data,
-                                                uint8_t* scale) {
+                                                uint8_t* scale, SharedTurboLevels levels) {
   uint8_t packed[kTurboGroupBytes<kBits>];
-  TurboEncodeGroup<kBits>(y, v_scale, packed, scale);
+  TurboEncodeGroup<kBits>(y, v_scale, packed, scale, levels);
   if constexpr (kBits == 2) {
     *reinterpret_cast<uint32_t*>(data) =
         packed[0] | (packed[1] << 8) | (packed[2] << 16) | (uint32_t{packed[3]} << 24);
@@ -157,6 +164,11 @@ __global__ void __launch_bounds__(kThreads, 4) CacheWriteKernel(CacheWriteParams
   constexpr int kGroups = kHeadDim / 16;
   const LayerCache& c = p.cache;
   const int block_shift = __ffs(c.block_size) - 1;
+  __shared__ float levels[16];
+  if constexpr (kVBits != 16) {
+    if (threadIdx.x < (1u << kVBits)) levels[threadIdx.x] = TurboLevel<kVBits>(threadIdx.x);
+    __syncthreads();
+  }
   if (static_cast<int>(blockIdx.x) >= kv_blocks) {
     // Indexer keys: 8 threads of 16 elements per token.
     const uint32_t item = (blockIdx.x - kv_blocks) * kThreads + threadIdx.x;
@@ -216,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, 4) CacheWriteKernel(CacheWriteParams
     if (slot >= 0) {
       StoreTurboGroup<kVBits>(x, c.v_codec.scale,
                               c.VData(block, offset, head) + group * kTurboGroupBytes<kVBits>,
-                              c.VScale(block, offset, head) + group);
+                              c.VScale(block, offset, head) + group, SharedTurboLevels{levels});
     }
   }
 }

@@ -1,12 +1,13 @@
 // Top-k as a radix select over order-preserving 32-bit keys, by a cooperative grid: every row is
-// cut into contiguous slices, one per CTA. Three histogram passes (11, 11 and 10 bits) find the
-// k-th largest key T and how many elements equal to T to take; a last pass compacts the selected
-// positions in index order (elements above T, then ties by lower position), so the output is the
-// reference's exactly. Barriers between the passes are per row (rows never wait for each other, and
-// few CTAs share a counter); the launch is cooperative so every CTA is resident. A CTA reads its
-// slice once: thread t keeps the keys of elements [8 t, 8 t + 8) in registers for all passes.
-// A pass stops the search early when the bin it chose holds exactly the keys still needed (often
-// after two passes when scores are distinct): that bin is taken whole.
+// cut into contiguous slices, one per CTA. Three histogram passes (digits of 11, 11 and 10 bits, or
+// 12, 12 and 8) find the k-th largest key T and how many elements equal to T to take; a last pass
+// compacts the selected positions in index order (elements above T, then ties by lower position),
+// so the output is the reference's exactly. Barriers between the passes are per row (rows never
+// wait for each other, and few CTAs share a counter); the launch is cooperative so every CTA is
+// resident. A CTA reads its slice once: each thread keeps the keys of 8 (or 16) consecutive
+// elements in registers for all passes. A pass stops the search early when the bin it chose holds
+// exactly the keys still needed (often after two passes when scores are distinct): that bin is
+// taken whole.
 //
 // Three barriers a row, one per pass, and nothing else to wait for:
 //   - the compaction needs, for each CTA, how many elements of the CTAs before it are selected.
@@ -22,11 +23,21 @@
 namespace kvp {
 namespace {
 
-constexpr int kBins = 2048;
 constexpr int kPasses = 3;
+// Histograms of kBinsPerThread bins per thread: 2048 for 256 threads (digits of 11, 11 and 10
+// bits), 4096 for 512 (12, 12 and 8 bits: after 24 bits the bin of the k-th key seldom holds
+// more keys than are needed, so a batch of one row often stops there; see the early stop).
+constexpr int kBinsPerThread = 8;
+__host__ __device__ constexpr int Log2(int n) { return n <= 1 ? 0 : 1 + Log2(n / 2); }
 // Digit of each pass: bits [Shift, Shift + Width) of the key.
-__host__ __device__ constexpr int Shift(int pass) { return pass == 0 ? 21 : pass == 1 ? 10 : 0; }
-__host__ __device__ constexpr int Width(int pass) { return pass == 2 ? 10 : 11; }
+template <int kBins>
+__host__ __device__ constexpr int Width(int pass) {
+  return pass == 2 ? 32 - 2 * Log2(kBins) : Log2(kBins);
+}
+template <int kBins>
+__host__ __device__ constexpr int Shift(int pass) {
+  return pass == 0 ? 32 - Log2(kBins) : pass == 1 ? 32 - 2 * Log2(kBins) : 0;
+}
 constexpr int kElementsPerCta = 4096;  // enough work per CTA to amortize the barriers
 // CTAs of 512 threads (8 keys each, two CTAs an SM) when a launch's CTAs fit the GPU that way:
 // twice the warps of a 256-thread CTA to hide each warp's latency, which is what a batch of one
@@ -45,12 +56,13 @@ struct Layout {
   int rows = 0;                // rows per launch
   int ctas_per_row = 1;
   bool fits = true;  // a row's CTAs are resident at once on this GPU
+  size_t bins() const { return size_t(threads) * kBinsPerThread; }
   __host__ __device__ size_t control_words() const { return (size_t(rows) * 2 + 63) / 64 * 64; }
   size_t counter_bytes() const {
-    return (control_words() + size_t(rows) * kPasses * kBins) * sizeof(uint32_t);
+    return (control_words() + size_t(rows) * kPasses * bins()) * sizeof(uint32_t);
   }
   size_t scratch_bytes() const {
-    return size_t(rows) * ctas_per_row * kPasses * kBins * sizeof(uint16_t);
+    return size_t(rows) * ctas_per_row * kPasses * bins() * sizeof(uint16_t);
   }
 };
 
@@ -149,7 +161,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
     TopkKernel(TopkParams p, int row0, Layout layout, bool vector_loads, uint32_t* counters,
                uint16_t* suffix_counts) {
   constexpr int kPerThread = kElementsPerCta / kThreads;  // keys a thread holds
-  constexpr int kBinsPerThread = kBins / kThreads;        // bins a thread scans
+  constexpr int kBins = kThreads * kBinsPerThread;
   __shared__ uint32_t hist[kBins];
   // The selection so far: keys whose masked bits equal `prefix` are still candidates; k_rem of
   // them are to be taken. `done`: every candidate is taken (or, take_all, every valid key).
@@ -193,7 +205,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
     const uint32_t prefix = s_prefix, mask = s_mask;
     for (int b = threadIdx.x; b < kBins; b += kThreads) hist[b] = 0;
     __syncthreads();
-    const uint32_t digit_mask = (1u << Width(pass)) - 1u;
+    const uint32_t digit_mask = (1u << Width<kBins>(pass)) - 1u;
     {
       // Scores crowd into few bins (the first pass sees exponents), so the lanes of a warp that
       // share a bin add once, together.
@@ -202,7 +214,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
       for (int j = 0; j < kPerThread; ++j) {
         const uint32_t key = keys[j];
         const bool counted = key != 0u && (key & mask) == prefix;
-        const uint32_t bin = counted ? (key >> Shift(pass)) & digit_mask : kBins;
+        const uint32_t bin = counted ? (key >> Shift<kBins>(pass)) & digit_mask : kBins;
         const unsigned peers = __match_any_sync(0xFFFFFFFFu, bin);
         if (counted && lane == static_cast<unsigned>(__ffs(peers) - 1))
           atomicAdd(&hist[bin], static_cast<uint32_t>(__popc(peers)));
@@ -251,8 +263,8 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
 #pragma unroll
       for (int j = kBinsPerThread - 1; j >= 0; --j) {
         if (running < k_rem && running + bins[j] >= k_rem) {
-          s_prefix = prefix | (uint32_t(first_bin + j) << Shift(pass));
-          s_mask = mask | (digit_mask << Shift(pass));
+          s_prefix = prefix | (uint32_t(first_bin + j) << Shift<kBins>(pass));
+          s_mask = mask | (digit_mask << Shift<kBins>(pass));
           s_k_rem = k_rem - running;
           s_digit[pass] = first_bin + j;
           // The bin holds exactly the keys still needed: take it whole, no further digits.

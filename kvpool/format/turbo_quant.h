@@ -36,10 +36,18 @@ KVP_HD void TurboUnpackGroup(const uint8_t* in, uint8_t* codes) {
   }
 }
 
-// Quantizes one group x[16] (already rotated): writes the packed codes and the scale byte
-// (0x7F when the group holds NaN; NaN values get code 0).
+// TurboLevel as a callable: the default level source of TurboEncodeGroup. (The GPU cache write
+// passes one that reads the same levels from a table in shared memory.)
 template <int kBits>
-KVP_HD void TurboEncodeGroup(const float* x, float v_scale, uint8_t* packed, uint8_t* scale_byte) {
+struct TurboLevelOf {
+  KVP_HD float operator()(int code) const { return TurboLevel<kBits>(code); }
+};
+
+// Quantizes one group x[16] (already rotated): writes the packed codes and the scale byte
+// (0x7F when the group holds NaN; NaN values get code 0). level_of(code) must be TurboLevel.
+template <int kBits, class LevelOf = TurboLevelOf<kBits>>
+KVP_HD void TurboEncodeGroup(const float* x, float v_scale, uint8_t* packed, uint8_t* scale_byte,
+                             LevelOf level_of = {}) {
   uint8_t codes[kTurboGroupSize];
   float a = 0.0f;
   for (int i = 0; i < kTurboGroupSize; ++i) a = MaxAbs(x[i], a);
@@ -60,7 +68,7 @@ KVP_HD void TurboEncodeGroup(const float* x, float v_scale, uint8_t* packed, uin
 #endif
     codes[i] = static_cast<uint8_t>(code);
     sum_x2 = Fma(x[i], x[i], sum_x2);
-    const float c = TurboLevel<kBits>(code);
+    const float c = level_of(code);
     sum_c2 = Fma(c, c, sum_c2);
   }
   const float s = DivRn(SqrtRn(sum_x2), SqrtRn(sum_c2));  // matched norm
