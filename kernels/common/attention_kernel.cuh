@@ -27,8 +27,7 @@ inline constexpr int kCombineWarps = 4;
 // owns output elements [l·kPer, l·kPer + kPer). Each warp finds the maximum over all parts (lanes
 // read different parts) and sums its share of the parts (warp w: parts w, w + kCombineWarps, ...;
 // their loads are independent, so several parts are in flight at once); one barrier merges the
-// warps, and warp 0 applies the inverse Walsh-Hadamard rotation in registers (stages below kPer
-// within a lane, the others across lanes with shuffles) and writes.
+// warps, and warp 0 applies the inverse Walsh-Hadamard rotation in registers and writes.
 template <int kHeadDim>
 __global__ void __launch_bounds__(kCombineWarps * 32)
     AttentionCombineKernel(AttentionParams p, int parts_n, const float* parts) {
@@ -78,37 +77,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
     for (int w = 0; w < kCombineWarps; ++w) o += warp_x[w][lane * kPer + j];
     x[j] = Normalized(o, sum, p);
   }
-  const LayerCache& c = p.cache;
-  if (TraitsOf(c.v_codec.format).turbo && c.v_codec.rotate) {
-#pragma unroll
-    for (int h = 1; h < kPer; h *= 2) {
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        if ((j & h) == 0) {
-          const float a = x[j], b = x[j + h];
-          x[j] = a + b;
-          x[j + h] = a - b;
-        }
-      }
-    }
-#pragma unroll
-    for (int lanes = 1; lanes < 32; lanes *= 2) {
-      const bool upper = (lane & lanes) != 0;  // holds element e + h of each butterfly
-#pragma unroll
-      for (int j = 0; j < kPer; ++j) {
-        const float other = __shfl_xor_sync(0xFFFFFFFFu, x[j], lanes);
-        x[j] = upper ? other - x[j] : x[j] + other;
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      x[j] *= InvSqrtHeadDim(kHeadDim);
-      if (c.v_codec.signs.Negative(lane * kPer + j)) x[j] = -x[j];
-    }
-  }
-  float* out = p.out + head * kHeadDim + lane * kPer;
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) out[j] = x[j];
+  RotateBackAndWriteHead<kHeadDim>(x, p, head);
 }
 
 // One parts kernel with what its launch needs: set up once per instantiation (shared-memory

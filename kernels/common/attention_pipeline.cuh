@@ -420,36 +420,61 @@ __device__ __forceinline__ float Normalized(float o, float sum, const AttentionP
   return sum > 0.0f ? o / sum * p.cache.v_codec.scale : 0.0f;
 }
 
-// x holds `heads` normalized outputs of D floats each (rotated domain) in shared memory, and
-// every thread of the block has passed a __syncthreads since they were written. Applies the
-// inverse Walsh-Hadamard rotation when the layer has one (one thread per butterfly, one barrier
-// per stage) and writes q heads first_q_head, ... of p.out.
+// Lane l of a warp holds elements [l·kPer, l·kPer + kPer) of one q head's normalized output, in
+// the rotated domain. Applies the inverse Walsh-Hadamard rotation when the layer has one, in
+// registers (stages below kPer within the lane, the others across lanes with shuffles; the lane
+// holding element e + h of a butterfly keeps the difference), and writes q head `head` of p.out.
 template <int kHeadDim>
-__device__ void RotateBackAndWrite(float* x, int heads, const AttentionParams& p,
-                                   int64_t first_q_head) {
+__device__ __forceinline__ void RotateBackAndWriteHead(float (&x)[kHeadDim / 32],
+                                                       const AttentionParams& p, int64_t head) {
+  constexpr int kPer = kHeadDim / 32;  // 2, 4 or 8
+  const int lane = threadIdx.x % 32;
   const LayerCache& c = p.cache;
-  const int n = heads * kHeadDim;
-  const bool rotate = TraitsOf(c.v_codec.format).turbo && c.v_codec.rotate;
-  if (rotate) {
-#pragma unroll 1
-    for (int h = 1; h < kHeadDim; h *= 2) {
-      for (int k = threadIdx.x; k < n / 2; k += blockDim.x) {
-        const int i = (k / h) * 2 * h + k % h;  // the pair (i, i + h), bit h of i clear
-        const float a = x[i], b = x[i + h];
-        x[i] = a + b;
-        x[i + h] = a - b;
+  if (TraitsOf(c.v_codec.format).turbo && c.v_codec.rotate) {
+#pragma unroll
+    for (int h = 1; h < kPer; h *= 2) {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        if ((j & h) == 0) {
+          const float a = x[j], b = x[j + h];
+          x[j] = a + b;
+          x[j + h] = a - b;
+        }
       }
-      __syncthreads();
+    }
+#pragma unroll
+    for (int lanes = 1; lanes < 32; lanes *= 2) {
+      const bool upper = (lane & lanes) != 0;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const float other = __shfl_xor_sync(0xFFFFFFFFu, x[j], lanes);
+        x[j] = upper ? other - x[j] : x[j] + other;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      x[j] *= InvSqrtHeadDim(kHeadDim);
+      if (c.v_codec.signs.Negative(lane * kPer + j)) x[j] = -x[j];
     }
   }
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    const int e = i % kHeadDim;
-    float v = x[i];
-    if (rotate) {
-      v *= InvSqrtHeadDim(kHeadDim);
-      if (c.v_codec.signs.Negative(e)) v = -v;
-    }
-    p.out[(first_q_head + i / kHeadDim) * kHeadDim + e] = v;
+  float* out = p.out + head * kHeadDim + lane * kPer;
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) out[j] = x[j];
+}
+
+// x holds `heads` normalized outputs of D floats each (rotated domain) in shared memory, and
+// every thread of the block has passed a __syncthreads since they were written. Warp w rotates
+// back and writes q heads first_q_head + w, + w + (warps), ... of p.out.
+template <int kHeadDim>
+__device__ void RotateBackAndWrite(const float* x, int heads, const AttentionParams& p,
+                                   int64_t first_q_head) {
+  constexpr int kPer = kHeadDim / 32;
+  const int lane = threadIdx.x % 32;
+  for (int h = threadIdx.x / 32; h < heads; h += blockDim.x / 32) {
+    float v[kPer];
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) v[j] = x[h * kHeadDim + lane * kPer + j];
+    RotateBackAndWriteHead<kHeadDim>(v, p, first_q_head + h);
   }
 }
 
