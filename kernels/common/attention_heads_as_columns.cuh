@@ -26,10 +26,7 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
   using St = Stage<kHeadDim, kVBits>;
   constexpr int kSteps = kHeadDim / 16;  // k-steps of K·Qᵀ, and m-tiles of Vᵀ·Pᵀ
   extern __shared__ __align__(16) uint8_t smem[];
-  __half2* pair_levels = reinterpret_cast<__half2*>(smem + kPairLevelsOffset<kHeadDim, kVBits>);
-  FillPairLevels<kVBits>(pair_levels);
-  LetDependentsLaunch();
-  WaitForPredecessor();  // the positions (top-k) and the workspace may still be in use
+  const __half2* pair_levels = StartPartsKernel<kHeadDim, kVBits>(smem);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
@@ -93,10 +90,7 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
 #pragma unroll
       for (int offset = 4; offset < 32; offset *= 2)
         tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, offset));
-      const float m_new = fmaxf(m[h], tile_max);
-      m_use[h] = m_new == -INFINITY ? 0.0f : m_new;
-      factor[h] = Exp2Ftz(m[h] - m_use[h]);
-      m[h] = m_new;
+      factor[h] = FoldTileMax(m[h], tile_max, &m_use[h]);
     }
     float pr[4];
     bool needed = false;
@@ -107,16 +101,7 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
     }
     l[0] = l[0] * factor[0] + pr[0] + pr[2];
     l[1] = l[1] * factor[1] + pr[1] + pr[3];
-    // The running max settles quickly: rescale only when some head's max moved.
-    if (__any_sync(0xFFFFFFFFu, factor[0] != 1.0f || factor[1] != 1.0f)) {
-#pragma unroll
-      for (int j = 0; j < kSteps; ++j) {
-        acc[j][0] *= factor[0];
-        acc[j][1] *= factor[1];
-        acc[j][2] *= factor[0];
-        acc[j][3] *= factor[1];
-      }
-    }
+    RescaleIfMaxMoved(acc, {factor[0], factor[1], factor[0], factor[1]});  // columns 2t, 2t + 1
     if (SkipsValues(tau, needed, p.skipped_tiles)) return;
     // Pᵀ: b0 = (positions 2t, 2t + 1; head g), b1 = (positions 2t + 8, 2t + 9; head g).
     const uint32_t pb0 = mma::Transpose8x8(mma::PackHalf2(pr[0], pr[1]));

@@ -28,10 +28,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   constexpr int kSteps = kHeadDim / 16;  // k-steps of Q·Kᵀ
   constexpr int kNTiles = kHeadDim / 8;  // n-tiles of P·V; also V dims per thread
   extern __shared__ __align__(16) uint8_t smem[];
-  __half2* pair_levels = reinterpret_cast<__half2*>(smem + kPairLevelsOffset<kHeadDim, kVBits>);
-  FillPairLevels<kVBits>(pair_levels);
-  LetDependentsLaunch();
-  WaitForPredecessor();  // the positions (top-k) and the workspace may still be in use
+  const __half2* pair_levels = StartPartsKernel<kHeadDim, kVBits>(smem);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
@@ -118,10 +115,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int r = 0; r < 2; ++r) {
         tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xFFFFFFFFu, tile_max[r], 1));
         tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xFFFFFFFFu, tile_max[r], 2));
-        const float m_new = fmaxf(m[r], tile_max[r]);
-        m_use[r] = m_new == -INFINITY ? 0.0f : m_new;
-        factor[r] = Exp2Ftz(m[r] - m_use[r]);
-        m[r] = m_new;
+        factor[r] = FoldTileMax(m[r], tile_max[r], &m_use[r]);
       }
       float pr[2][4];
       bool needed = false;
@@ -135,16 +129,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
       l[0] = l[0] * factor[0] + pr[0][0] + pr[0][1] + pr[1][0] + pr[1][1];
       l[1] = l[1] * factor[1] + pr[0][2] + pr[0][3] + pr[1][2] + pr[1][3];
-      // The running max settles quickly: rescale only when some row's max moved.
-      if (__any_sync(0xFFFFFFFFu, factor[0] != 1.0f || factor[1] != 1.0f)) {
-#pragma unroll
-        for (int j = 0; j < kNTiles; ++j) {
-          acc[j][0] *= factor[0];
-          acc[j][1] *= factor[0];
-          acc[j][2] *= factor[1];
-          acc[j][3] *= factor[1];
-        }
-      }
+      RescaleIfMaxMoved(acc, {factor[0], factor[0], factor[1], factor[1]});  // rows g, g + 8
       if (SkipsValues(tau, needed, p.skipped_tiles)) continue;
       const uint32_t pa[4] = {
           mma::PackHalf2(pr[0][0], pr[0][1]), mma::PackHalf2(pr[0][2], pr[0][3]),

@@ -35,6 +35,32 @@ __device__ __forceinline__ float Exp2Ftz(float x) {
   return y;
 }
 
+// Online softmax, one row: folds a tile's maximum into the running maximum m (log2 units).
+// *m_use is what the tile's scores subtract (0 while everything is -inf, so exp2 gives 0 rather
+// than NaN); the result rescales what was accumulated before.
+__device__ __forceinline__ float FoldTileMax(float& m, float tile_max, float* m_use) {
+  const float m_new = fmaxf(m, tile_max);
+  *m_use = m_new == -INFINITY ? 0.0f : m_new;
+  const float factor = Exp2Ftz(m - *m_use);
+  m = m_new;
+  return factor;
+}
+
+// acc[j][i] *= factor[i] for every fragment j. The running maximum settles quickly, so the warp
+// skips the multiplies unless some lane's maximum moved.
+template <int kFragments>
+__device__ __forceinline__ void RescaleIfMaxMoved(float (&acc)[kFragments][4],
+                                                  const float (&factor)[4]) {
+  const bool moved =
+      factor[0] != 1.0f || factor[1] != 1.0f || factor[2] != 1.0f || factor[3] != 1.0f;
+  if (!__any_sync(0xFFFFFFFFu, moved)) return;
+#pragma unroll
+  for (int j = 0; j < kFragments; ++j) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[j][i] *= factor[i];
+  }
+}
+
 // Sparse-V: whether a warp's tile adds no V because every weight of a real head in it is <= τ
 // (`needed` is false in every lane); τ = 0 never skips. Counts the skipped tile when asked to.
 __device__ __forceinline__ bool SkipsValues(float tau, bool needed, uint32_t* skipped_tiles) {
@@ -108,6 +134,18 @@ __device__ __forceinline__ void FillPairLevels(__half2* pair_levels) {
     pair_levels[e] = __floats2half2_rn(TurboLevel<kVBits>(e & ((1 << kVBits) - 1)),
                                        TurboLevel<kVBits>(e >> kVBits));
   }
+}
+
+// How both parts kernels begin: the codebook's pair table into shared memory (no global access,
+// so while the kernel before may still run), then the wait for that kernel (the positions of
+// top-k, and the workspace the combining kernel may still read). Returns the table.
+template <int kHeadDim, int kVBits>
+__device__ __forceinline__ const __half2* StartPartsKernel(uint8_t* smem) {
+  __half2* pair_levels = reinterpret_cast<__half2*>(smem + kPairLevelsOffset<kHeadDim, kVBits>);
+  FillPairLevels<kVBits>(pair_levels);
+  LetDependentsLaunch();
+  WaitForPredecessor();
+  return pair_levels;
 }
 
 // The byte offset of a pair-table entry whose index is the `kBits`-bit field of x at bit `at`.
