@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds (Release, sm_90) and packs the GPU test and benchmark binaries, and the service binaries
+# Builds (Release, sm_90a) and packs the GPU test and benchmark binaries, and the service binaries
 # they start, with their libraries into gpu-bundle/, for a GPU host that lacks Abseil and friends
 # (../shared/gpu/bundle.sh).
 set -euo pipefail

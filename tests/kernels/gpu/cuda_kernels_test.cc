@@ -323,51 +323,56 @@ TEST_F(CudaKernelsTest, SparseDecodeMatchesTheReference) {
 
 // --- indexer and top-k -------------------------------------------------------------------------
 
+// Every pool block size: a 64-position chunk of the kernel is one, two or four whole blocks.
 TEST_F(CudaKernelsTest, IndexerLogitsMatchTheReference) {
-  PoolSpec spec;
-  spec.num_kv_heads = 1;
-  spec.indexer = true;
-  TestPool pool(spec, 200);
-  pool.FillSequences(rng_, {5000, 1, 130, 4096});
-  const int n = 4, stride = 5120;
-  const auto q = RandomBf16(rng_, size_t(n) * kIndexHeads * kIndexHeadDim);
-  std::vector<float> w(n * kIndexHeads);
-  std::uniform_real_distribution<float> uni(-0.2f, 1.0f);
-  for (float& x : w) x = uni(rng_);
-  std::vector<float> want(n * stride, kNan);
-  IndexerLogitsParams ref{pool.Layer(0),
-                          q.data(),
-                          w.data(),
-                          pool.block_tables().data(),
-                          pool.block_table_stride(),
-                          pool.seq_lens().data(),
-                          want.data(),
-                          stride,
-                          n,
-                          kIndexHeads};
-  ASSERT_TRUE(IndexerLogitsRef(ref).ok());
-  DevicePool dp(pool);
-  DeviceBuffer dq = Up(q), dw = Up(w), dout = Up(std::vector<float>(want.size(), kNan));
-  IndexerLogitsParams dev = ref;
-  dev.cache = pool.layout().Layer(dp.arena.get<uint8_t>(), pool.num_blocks(), 0);
-  dev.index_q = dq.get<Bf16>();
-  dev.head_weights = dw.get<float>();
-  dev.block_tables = dp.tables.get<int32_t>();
-  dev.seq_lens = dp.lens.get<int32_t>();
-  dev.logits = dout.get<float>();
-  ASSERT_TRUE(IndexerLogitsCuda(dev, nullptr).ok());
-  const auto got = Down<float>(dout, want.size());
-  double max_rel = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (std::isinf(want[i])) {
-      ASSERT_EQ(got[i], want[i]) << i;
-      continue;
+  for (const int block_size : {64, 32, 16}) {
+    SCOPED_TRACE("block_size " + std::to_string(block_size));
+    PoolSpec spec;
+    spec.num_kv_heads = 1;
+    spec.indexer = true;
+    spec.block_size = block_size;
+    TestPool pool(spec, 200 * (64 / block_size));
+    pool.FillSequences(rng_, {5000, 1, 130, 4096});
+    const int n = 4, stride = 5120;
+    const auto q = RandomBf16(rng_, size_t(n) * kIndexHeads * kIndexHeadDim);
+    std::vector<float> w(n * kIndexHeads);
+    std::uniform_real_distribution<float> uni(-0.2f, 1.0f);
+    for (float& x : w) x = uni(rng_);
+    std::vector<float> want(n * stride, kNan);
+    IndexerLogitsParams ref{pool.Layer(0),
+                            q.data(),
+                            w.data(),
+                            pool.block_tables().data(),
+                            pool.block_table_stride(),
+                            pool.seq_lens().data(),
+                            want.data(),
+                            stride,
+                            n,
+                            kIndexHeads};
+    ASSERT_TRUE(IndexerLogitsRef(ref).ok());
+    DevicePool dp(pool);
+    DeviceBuffer dq = Up(q), dw = Up(w), dout = Up(std::vector<float>(want.size(), kNan));
+    IndexerLogitsParams dev = ref;
+    dev.cache = pool.layout().Layer(dp.arena.get<uint8_t>(), pool.num_blocks(), 0);
+    dev.index_q = dq.get<Bf16>();
+    dev.head_weights = dw.get<float>();
+    dev.block_tables = dp.tables.get<int32_t>();
+    dev.seq_lens = dp.lens.get<int32_t>();
+    dev.logits = dout.get<float>();
+    ASSERT_TRUE(IndexerLogitsCuda(dev, nullptr).ok());
+    const auto got = Down<float>(dout, want.size());
+    double max_rel = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      if (std::isinf(want[i])) {
+        ASSERT_EQ(got[i], want[i]) << i;
+        continue;
+      }
+      max_rel = std::max(max_rel, std::fabs(double(got[i]) - want[i]) / (1.0 + std::fabs(want[i])));
     }
-    max_rel = std::max(max_rel, std::fabs(double(got[i]) - want[i]) / (1.0 + std::fabs(want[i])));
+    EXPECT_LE(max_rel, 1e-4);
+    ASSERT_TRUE(IndexerLogitsCuda(dev, nullptr).ok());
+    EXPECT_EQ(Down<float>(dout, want.size()), got) << "run to run";
   }
-  EXPECT_LE(max_rel, 1e-4);
-  ASSERT_TRUE(IndexerLogitsCuda(dev, nullptr).ok());
-  EXPECT_EQ(Down<float>(dout, want.size()), got) << "run to run";
 }
 
 // `ws` is shared by the calls of a test: top-k's counters must be left zero by every launch, or the

@@ -1,0 +1,85 @@
+// Warpgroup matrix multiply-accumulate (wgmma.mma_async, sm_90a) with the A operand in registers
+// and B in shared memory, K-major, in the 128-byte swizzle. A warpgroup is four consecutive warps;
+// every wgmma call here must be reached by all 128 of its threads.
+//
+// Register fragments (PTX ISA, "wgmma .m64nNk16"), g = lane / 4, t = lane % 4, warp w of the group:
+//   A (64x16, f16): rows 16w.., the m16n8k16 A fragment of mma.cuh per warp.
+//   D (64xN, f32):  d[4j + 0, 1] = (16w + g, 8j + 2t, +1), d[4j + 2, 3] = (16w + g + 8, 8j + 2t,
+//   +1).
+// B (16xN) lives as N rows of K: row n holds its k values contiguously, 64 f16 (128 bytes) a row in
+// one swizzle atom of 8 rows (1024 bytes, 1024-byte aligned), atoms stacked 1024 bytes apart.
+#pragma once
+
+#include <cstdint>
+
+namespace kvp::wgmma {
+
+constexpr int kSwizzleRowBytes = 128;
+constexpr int kSwizzleAtomBytes = 8 * kSwizzleRowBytes;
+
+// Offset of byte `byte` (0..127) of row `row` in a 128-byte-swizzled tile: the 16-byte pieces of a
+// row are permuted by the row's index within its atom, so that eight rows' same piece fall in
+// different banks.
+__host__ __device__ constexpr int Swizzled128(int row, int byte) {
+  return row * kSwizzleRowBytes + (((byte / 16) ^ (row % 8)) * 16) + byte % 16;
+}
+
+// Descriptor (PTX ISA "Matrix Descriptor Format") of a K-major operand in the 128-byte swizzle
+// whose row 0 of this k-step starts at `at`: a step's offset inside the 128-byte row is added to
+// the start address, the hardware swizzles the final address. The tile must be 1024-byte aligned.
+__device__ __forceinline__ uint64_t SwizzledKMajorDescriptor(const void* at) {
+  const uint64_t address = static_cast<uint32_t>(__cvta_generic_to_shared(at));
+  constexpr uint64_t kLeadingBytes = 16;  // unused by swizzled K-major layouts; 1 by convention
+  constexpr uint64_t kStrideBytes = kSwizzleAtomBytes;  // from one 8-row atom to the next
+  constexpr uint64_t kSwizzle128 = 1;
+  return ((address & 0x3FFFF) >> 4) | ((kLeadingBytes >> 4) << 16) | ((kStrideBytes >> 4) << 32) |
+         (kSwizzle128 << 62);
+}
+
+// Makes this thread's earlier st.shared writes visible to wgmma (which reads shared memory through
+// the async proxy); a barrier must still follow before another thread's wgmma reads them.
+__device__ __forceinline__ void FenceSharedWrites() {
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+
+// Orders this thread's earlier register and shared-memory writes before the wgmma that follow.
+__device__ __forceinline__ void Fence() {
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+}
+
+__device__ __forceinline__ void Commit() {
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+}
+
+// Waits until at most kPending committed groups of this warpgroup are still running.
+template <int kPending>
+__device__ __forceinline__ void Wait() {
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(kPending) : "memory");
+}
+
+// The compiler sees a wgmma write its accumulators at issue; this keeps their reads after Wait().
+template <int kCount>
+__device__ __forceinline__ void KeepAfterWait(float (&d)[kCount]) {
+#pragma unroll
+  for (int i = 0; i < kCount; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d (64x64 f32) = a · B (+ d when `accumulate`), k = 16 f16: a from registers, B by descriptor.
+__device__ __forceinline__ void MmaM64N64K16(float (&d)[32], const uint32_t (&a)[4],
+                                             uint64_t b_descriptor, bool accumulate) {
+  asm volatile(
+      "{\n .reg .pred acc;\n setp.ne.u32 acc, %37, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, acc, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_descriptor),
+        "r"(static_cast<uint32_t>(accumulate)));
+}
+
+}  // namespace kvp::wgmma
