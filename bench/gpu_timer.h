@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/status_macros.h"
+#include "bench/l2_eviction.h"
 #include "kernels/common/cuda_status.h"
 
 namespace kvp::bench {
@@ -19,20 +21,18 @@ struct Timing {
 };
 
 // `run(i)` enqueues iteration i on `stream` (rotate inputs with i to stay out of L2). Before each
-// timed run the stream writes a 256 MiB scratch buffer: that evicts L2, and it keeps the GPU busy
-// while the host enqueues the run, so launch latency does not land between the events.
+// timed run the stream reads a 256 MiB buffer (EvictL2): nothing of the inputs stays in L2, nothing
+// dirty is left for the run to write back, and the GPU is busy while the host enqueues the run, so
+// launch latency does not land between the events.
 inline absl::StatusOr<Timing> TimeMedian(const std::function<absl::Status(int)>& run,
                                          cudaStream_t stream, int warmup = 5, int runs = 50) {
-  static void* scratch = nullptr;
-  constexpr size_t kScratchBytes = size_t{256} << 20;
-  if (scratch == nullptr) KVP_CUDA_RETURN_IF_ERROR(cudaMalloc(&scratch, kScratchBytes));
   cudaEvent_t start, stop;
   KVP_CUDA_RETURN_IF_ERROR(cudaEventCreate(&start));
   KVP_CUDA_RETURN_IF_ERROR(cudaEventCreate(&stop));
   std::vector<double> us;
   absl::Status status;
   for (int i = 0; i < warmup + runs && status.ok(); ++i) {
-    KVP_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(scratch, i & 0xFF, kScratchBytes, stream));
+    RETURN_IF_ERROR(EvictL2(stream));
     KVP_CUDA_RETURN_IF_ERROR(cudaEventRecord(start, stream));
     status = run(i);
     KVP_CUDA_RETURN_IF_ERROR(cudaEventRecord(stop, stream));
