@@ -378,6 +378,22 @@ class Bench {
            t.median_us,
            double(batch) * 2048 * KvBytesPerToken(spec),
            {}});
+      if (q_heads == 128) {  // batch 1 of 32/8 heads is timed with the decode layer
+        auto one = [&](int i) {
+          const size_t s = i % batch, heads = size_t(q_heads) * 128;
+          SparseDecodeParams p1{Attention(pool, s, 1, q.get<Bf16>() + s * heads,
+                                          out.get<float>() + s * heads, q_heads),
+                                di.get<int32_t>() + s * 2048, 2048};
+          return SparseDecodeCuda(p1, ws_, stream_);
+        };
+        ASSIGN_OR_RETURN(Timing t1, TimeMedian(one, stream_));
+        report.rows.push_back(
+            {"sparse_decode",
+             absl::StrFormat("batch=1 topk=2048 q/kv=%d/%d d=128 fp8+turbo3", q_heads, kv),
+             t1.median_us,
+             2048 * KvBytesPerToken(spec),
+             {}});
+      }
     }
     return absl::OkStatus();
   }

@@ -90,7 +90,8 @@ def main():
     del batch_scores
 
     # Sparse decode: gather the selected bf16 rows, then SDPA.
-    for batch, heads, kv in [(1, 32, 8), (16 if args.quick else 128, 32, 8), (16 if args.quick else 128, 128, 1)]:
+    for batch, heads, kv in [(1, 32, 8), (1, 128, 1), (16 if args.quick else 128, 32, 8),
+                             (16 if args.quick else 128, 128, 1)]:
         ctx = 8192
         kc, vc = randn(batch, ctx, kv, 128), randn(batch, ctx, kv, 128)
         idx = torch.stack([torch.randperm(ctx, device=dev, generator=gen)[:2048] for _ in range(batch)])

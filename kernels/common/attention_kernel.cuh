@@ -154,6 +154,14 @@ LaunchStatus WithPartsKernel(const AttentionParams& p, F&& f) {
 inline Plan PlanFor(const AttentionParams& p, const PartsKernel& k, int positions) {
   Plan plan = k.heads_as_columns ? HeadsAsColumnsPlan() : HeadsAsRowsPlan(p);
   const int chunks = (positions + kChunk - 1) / kChunk;
+  // A CTA covering several head tiles stages each K/V chunk once for all of them; but when even
+  // one chunk a CTA would leave SMs idle (a batch of one with 128 heads a kv head), CTAs of fewer
+  // head tiles spread the work.
+  while (plan.tiles_per_cta > 1 &&
+         int64_t{p.num_seqs} * p.cache.num_kv_heads * plan.ctas_per_kv_head() * chunks <
+             SmCount()) {
+    plan.tiles_per_cta /= 2;
+  }
   const int base = p.num_seqs * p.cache.num_kv_heads * plan.ctas_per_kv_head();
   plan.splits = ChooseSplits(base, chunks, k.resident * SmCount());
   return plan;

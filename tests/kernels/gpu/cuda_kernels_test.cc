@@ -318,6 +318,15 @@ TEST_F(CudaKernelsTest, SparseDecodeMatchesTheReference) {
     SparseDecodeParams dev{DeviceAttention(ref.attn, pool, dp, dq, dout), di.get<int32_t>(), topk};
     ASSERT_TRUE(SparseDecodeCuda(dev, ws, nullptr).ok());
     ExpectClose(Down<float>(dout, q.size()), want, 3e-3, "q_heads " + std::to_string(q_heads));
+    // The first sequence alone: a launch too small to fill the GPU, planned differently.
+    const size_t heads = size_t(q_heads) * 128;
+    DeviceBuffer dout1 = Up(std::vector<float>(heads, kNan));
+    SparseDecodeParams one = dev;
+    one.attn.num_seqs = 1;
+    one.attn.out = dout1.get<float>();
+    ASSERT_TRUE(SparseDecodeCuda(one, ws, nullptr).ok());
+    ExpectClose(Down<float>(dout1, heads), std::vector<float>(want.begin(), want.begin() + heads),
+                3e-3, "one sequence, q_heads " + std::to_string(q_heads));
   }
 }
 
