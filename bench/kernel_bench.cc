@@ -308,35 +308,46 @@ class Bench {
     return t.median_us;
   }
 
+  // Times the indexer over `batch` sequences of `ctx` tokens; their logits stay in `logits`.
+  absl::StatusOr<KernelRow> IndexerRow(int batch, int ctx, DeviceBuffer& logits) {
+    Progress(absl::StrCat("indexer batch ", batch, " x ", ctx, " tokens"));
+    const PoolSpec spec = DecodeSpec(KvFormat::kTurbo3, true, 1);
+    SyntheticConfig synth;
+    ASSIGN_OR_RETURN(GpuPool pool, BuildGpuPool(spec, batch, ctx, synth, stream_));
+    ASSIGN_OR_RETURN(DeviceBuffer iq,
+                     ToDevice(RandomBf16(rng_, size_t(batch) * kIndexHeads * kIndexHeadDim, 1.0f)));
+    ASSIGN_OR_RETURN(DeviceBuffer dw, ToDevice(std::vector<float>(batch * kIndexHeads, 0.7f)));
+    IndexerLogitsParams p{pool.Layer(0),
+                          iq.get<Bf16>(),
+                          dw.get<float>(),
+                          pool.table(0),
+                          pool.blocks_per_seq,
+                          pool.lens(0),
+                          logits.get<float>(),
+                          ctx,
+                          batch,
+                          kIndexHeads};
+    ASSIGN_OR_RETURN(Timing t,
+                     TimeMedian([&](int) { return IndexerLogitsCuda(p, stream_); }, stream_));
+    return KernelRow{"indexer_logits",
+                     absl::StrFormat("batch=%d tokens=%d heads=64x128 fp8", batch, ctx),
+                     t.median_us,
+                     double(batch) * ctx * (kIndexHeadDim + 4 + 4),
+                     {}};
+  }
+
   absl::Status BatchedIndexerAndSparse(KernelReport& report) {
+    {  // Many short sequences: the quick start's workload decodes 16 of 2,048 tokens.
+      const int batch = 16, ctx = 2048;
+      ASSIGN_OR_RETURN(DeviceBuffer logits, DeviceBuffer::Allocate(size_t(batch) * ctx * 4));
+      ASSIGN_OR_RETURN(KernelRow row, IndexerRow(batch, ctx, logits));
+      report.rows.push_back(row);
+    }
     {
       const int batch = 32, ctx = quick_ ? 4096 : 65536;
-      Progress("indexer batch 32");
-      const PoolSpec spec = DecodeSpec(KvFormat::kTurbo3, true, 1);
-      SyntheticConfig synth;
-      ASSIGN_OR_RETURN(GpuPool pool, BuildGpuPool(spec, batch, ctx, synth, stream_));
-      ASSIGN_OR_RETURN(
-          DeviceBuffer iq,
-          ToDevice(RandomBf16(rng_, size_t(batch) * kIndexHeads * kIndexHeadDim, 1.0f)));
-      ASSIGN_OR_RETURN(DeviceBuffer dw, ToDevice(std::vector<float>(batch * kIndexHeads, 0.7f)));
       ASSIGN_OR_RETURN(DeviceBuffer logits, DeviceBuffer::Allocate(size_t(batch) * ctx * 4));
-      IndexerLogitsParams p{pool.Layer(0),
-                            iq.get<Bf16>(),
-                            dw.get<float>(),
-                            pool.table(0),
-                            pool.blocks_per_seq,
-                            pool.lens(0),
-                            logits.get<float>(),
-                            ctx,
-                            batch,
-                            kIndexHeads};
-      ASSIGN_OR_RETURN(Timing t,
-                       TimeMedian([&](int) { return IndexerLogitsCuda(p, stream_); }, stream_));
-      report.rows.push_back({"indexer_logits",
-                             absl::StrFormat("batch=%d tokens=%d heads=64x128 fp8", batch, ctx),
-                             t.median_us,
-                             double(batch) * ctx * (kIndexHeadDim + 4 + 4),
-                             {}});
+      ASSIGN_OR_RETURN(KernelRow row, IndexerRow(batch, ctx, logits));
+      report.rows.push_back(row);
       // Top-2048 of those logits, as a batched decode step selects them.
       Progress("top-k batch 32");
       ASSIGN_OR_RETURN(DeviceBuffer lens, ToDevice(std::vector<int32_t>(batch, ctx)));

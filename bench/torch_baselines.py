@@ -71,12 +71,13 @@ def main():
     rows.append({"op": "indexer_logits", "key": f"batch=1 tokens={n}", "torch": "bf16 matmul + relu + weighted sum",
                  "median_us": us})
     del ks, qs
+    for b, tokens in [(16, 2048), (32, 4096 if args.quick else 65536)]:
+        kb, qb, wb = randn(b, tokens, 128), randn(b, 128, 64), torch.rand(b, 1, 64, device=dev, generator=gen)
+        us = median_us(lambda i: (torch.relu(torch.bmm(kb, qb)).float() * wb).sum(-1))
+        rows.append({"op": "indexer_logits", "key": f"batch={b} tokens={tokens}",
+                     "torch": "bf16 bmm + relu + weighted sum", "median_us": us})
+        del kb, qb
     b, n32 = 32, (4096 if args.quick else 65536)
-    k32, q32, w32 = randn(b, n32, 128), randn(b, 128, 64), torch.rand(b, 1, 64, device=dev, generator=gen)
-    us = median_us(lambda i: (torch.relu(torch.bmm(k32, q32)).float() * w32).sum(-1))
-    rows.append({"op": "indexer_logits", "key": f"batch={b} tokens={n32}", "torch": "bf16 bmm + relu + weighted sum",
-                 "median_us": us})
-    del k32, q32
 
     # Top-k over 163,840 scores, and over a batch of 32 rows of 65,536.
     scores = [torch.randn(n, device=dev, generator=gen) for _ in range(32)]
