@@ -4,8 +4,8 @@
 //
 // Register fragments (PTX ISA, "wgmma .m64nNk16"), g = lane / 4, t = lane % 4, warp w of the group:
 //   A (64x16, f16): rows 16w.., the m16n8k16 A fragment of mma.cuh per warp.
-//   D (64xN, f32):  d[4j + 0, 1] = (16w + g, 8j + 2t, +1), d[4j + 2, 3] = (16w + g + 8, 8j + 2t,
-//   +1).
+//   D (64xN, f32):  d[4j], d[4j + 1] = row 16w + g, columns 8j + 2t and 8j + 2t + 1;
+//                   d[4j + 2], d[4j + 3] = row 16w + g + 8, the same columns.
 // B (16xN) lives as N rows of K: row n holds its k values contiguously, 64 f16 (128 bytes) a row in
 // one swizzle atom of 8 rows (1024 bytes, 1024-byte aligned), atoms stacked 1024 bytes apart.
 #pragma once

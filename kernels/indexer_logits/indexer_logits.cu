@@ -83,7 +83,7 @@ __device__ void StageQueries(Shared& sh, const IndexerLogitsParams& p, int seq) 
       mma::Bf16x8ToHalf2x4(q + 4 * step, pairs);
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        const int s = step + i / 2, k = 2 * t + 8 * (i % 2);  // pairs[i] = dims DimOfStepK(s, k)..
+        const int s = step + i / 2, k = 2 * t + 8 * (i % 2);  // pairs[i] is (k, k + 1) of step s
         uint8_t* atom = sh.queries[s / kStepsPerAtom];
         *reinterpret_cast<uint32_t*>(
             atom + wgmma::Swizzled128(n, (s % kStepsPerAtom) * 32 + 2 * k)) = pairs[i];
