@@ -36,6 +36,13 @@ __device__ __forceinline__ uint64_t SwizzledKMajorDescriptor(const void* at) {
          (kSwizzle128 << 62);
 }
 
+// The descriptor of the same operand `bytes` further on (a multiple of 16, staying in shared
+// memory): the start address field is the low bits, in 16-byte units. One add, where building a
+// new descriptor inside a loop costs about five instructions a call.
+__device__ __forceinline__ uint64_t AdvancedDescriptor(uint64_t descriptor, int bytes) {
+  return descriptor + static_cast<uint64_t>(bytes >> 4);
+}
+
 // Makes this thread's earlier st.shared writes visible to wgmma (which reads shared memory through
 // the async proxy); a barrier must still follow before another thread's wgmma reads them.
 __device__ __forceinline__ void FenceSharedWrites() {

@@ -184,7 +184,7 @@ __global__ void __launch_bounds__(kThreads, 4)
     for (int s = 0; s < kSteps; ++s) {
       const int offset =
           (s / kStepsPerAtom) * int{sizeof(sh.queries[0])} + (s % kStepsPerAtom) * 32;
-      wgmma::MmaM64N64K16(acc, a[s], queries + (offset >> 4), s > 0);
+      wgmma::MmaM64N64K16(acc, a[s], wgmma::AdvancedDescriptor(queries, offset), s > 0);
     }
     wgmma::Commit();
     wgmma::Wait<0>();

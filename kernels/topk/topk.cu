@@ -18,6 +18,7 @@
 #include <cstdint>
 
 #include "kernels/common/dependent_launch.cuh"
+#include "kernels/common/work_split.h"
 #include "kernels/topk/topk_launch.h"
 
 namespace kvp {
@@ -361,13 +362,8 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
 // CTAs of the kThreads-thread kernel resident on the whole GPU at once.
 template <int kThreads>
 int Capacity() {
-  static const int capacity = [] {
-    int device = 0, sms = 0, per_sm = 0;
-    cudaGetDevice(&device);
-    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-    cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, TopkKernel<kThreads>, kThreads, 0);
-    return sms * (per_sm > 0 ? per_sm : 1);
-  }();
+  static const int capacity =
+      ResidentCtas(reinterpret_cast<const void*>(TopkKernel<kThreads>), kThreads, 0);
   return capacity;
 }
 
