@@ -89,7 +89,15 @@ KVP_HD float BitsToFloat(uint32_t u) {
 
 KVP_HD bool IsNan(float x) { return (FloatBits(x) & 0x7FFFFFFFu) > 0x7F800000u; }
 
-// max(|a|, b) that ignores NaN in `a` the same way on host and device (fmaxf semantics).
-KVP_HD float MaxAbs(float a, float b) { return fmaxf(fabsf(a), b); }
+// max(|a|, b) for a b that is not NaN; a NaN `a`, quiet or signalling, leaves b. The device's
+// fmaxf does that for both kinds of NaN; the host's returns NaN for a signalling one (IEEE 754-2008
+// maxNum), which would restart a running maximum at the next value, so the host compares instead.
+KVP_HD float MaxAbs(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return fmaxf(fabsf(a), b);
+#else
+  return std::fabs(a) > b ? std::fabs(a) : b;
+#endif
+}
 
 }  // namespace kvp

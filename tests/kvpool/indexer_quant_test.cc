@@ -40,6 +40,24 @@ TEST(IndexerQuantTest, WithoutUe8m0TheScaleIsAmaxOver448) {
   EXPECT_EQ(values[0], 0x00);
 }
 
+TEST(IndexerQuantTest, NanOfEitherKindIsLeftOutOfTheScale) {
+  // A signalling NaN (quiet bit clear, as in bf16 0x7F81 widened) before the largest element and
+  // a quiet one after it: the scale is the one of the other values, the NaNs keep their signs.
+  const float signalling = BitsToFloat(0xFF810000u), quiet = BitsToFloat(0x7FC00000u);
+  float k[kIndexHeadDim] = {};
+  k[3] = -7.0f;
+  k[5] = signalling;
+  k[9] = 2.0f;
+  k[40] = quiet;
+  uint8_t values[kIndexHeadDim];
+  float s;
+  IndexerEncode(k, /*ue8m0=*/false, values, &s);
+  EXPECT_EQ(s, 7.0f / 448.0f);
+  EXPECT_EQ(values[3], 0xFE);  // -448
+  EXPECT_EQ(values[5], 0xFF);
+  EXPECT_EQ(values[40], 0x7F);
+}
+
 TEST(IndexerQuantTest, TheLargestElementDecodesWithinOneE4m3Step) {
   std::mt19937 rng(9);
   std::normal_distribution<float> normal(0.0f, 2.0f);

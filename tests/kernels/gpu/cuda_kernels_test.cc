@@ -135,6 +135,57 @@ TEST_F(CudaKernelsTest, CacheWriteIsBitIdenticalToTheReference) {
   }
 }
 
+TEST_F(CudaKernelsTest, CacheWriteEncodesEveryBf16ValueLikeTheReference) {
+  // All 65,536 bf16 bit patterns (both zeros, every subnormal-range tie of E4M3, infinities, quiet
+  // and signalling NaN of both signs) as K, V and index K, in a fresh order each run, with K scales
+  // 1 and 0.37, V rotated (which spreads a NaN over its head) and not.
+  for (bool rotation : {true, false}) {
+    PoolSpec spec;
+    spec.num_layers = 2;
+    spec.num_kv_heads = 1;
+    spec.head_dim = 128;
+    spec.block_size = 16;
+    spec.v_format = KvFormat::kTurbo3;
+    spec.v_rotation = rotation;
+    spec.indexer = true;
+    spec.k_scales = {1.0f, 0.37f};
+    const BlockLayout layout = BlockLayout::Create(spec).value();
+    const int tokens = 65536 / 128;
+    const int64_t blocks = tokens / spec.block_size;
+    std::vector<Bf16> every(65536);
+    for (size_t i = 0; i < every.size(); ++i) every[i].bits = static_cast<uint16_t>(i);
+    std::shuffle(every.begin(), every.end(), rng_);
+    std::vector<int64_t> slots(tokens);
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng_);
+    std::vector<uint8_t> host(blocks * layout.block_stride(), 0xFF);
+    DeviceBuffer arena = Up(host), values = Up(every), dslots = Up(slots);
+    for (int layer = 0; layer < 2; ++layer) {
+      CacheWriteParams ref{layout.Layer(host.data(), blocks, layer),
+                           every.data(),
+                           every.data(),
+                           every.data(),
+                           slots.data(),
+                           tokens};
+      ASSERT_TRUE(CacheWriteRef(ref).ok());
+      CacheWriteParams dev{layout.Layer(arena.get<uint8_t>(), blocks, layer),
+                           values.get<Bf16>(),
+                           values.get<Bf16>(),
+                           values.get<Bf16>(),
+                           dslots.get<int64_t>(),
+                           tokens};
+      ASSERT_TRUE(CacheWriteCuda(dev, nullptr).ok());
+    }
+    const std::vector<uint8_t> got = Down<uint8_t>(arena, host.size());
+    size_t mismatches = 0, first = 0;
+    for (size_t i = 0; i < host.size(); ++i) {
+      if (got[i] != host[i] && mismatches++ == 0) first = i;
+    }
+    EXPECT_EQ(mismatches, 0u) << "rotation " << rotation << ", first at byte " << first << ": got "
+                              << int{got[first]} << ", reference " << int{host[first]};
+  }
+}
+
 // --- attention ---------------------------------------------------------------------------------
 
 struct AttentionCase {
