@@ -1,13 +1,12 @@
 // Cache write on the GPU. One thread owns 16 consecutive elements of one (token, head): a TurboNV
 // group. The D/16 threads of a head sit in one warp, so the cross-group stages of the rotation are
 // xor-shuffles; within a thread the arithmetic is the shared host/device code of kvpool/format
-// (E4M3 of normal magnitudes goes through the hardware converter, which rounds the same way),
-// which is what makes the bytes identical to the CPU reference.
-#include <cuda_fp8.h>
-
+// (E4M3 through the hardware converter, on inputs it encodes as the reference does), which is what
+// makes the bytes identical to the CPU reference.
 #include <cstdint>
 
 #include "kernels/cache_write/cache_write_launch.h"
+#include "kernels/common/fast_divisor.h"
 #include "kvpool/format/head_codec.h"
 
 namespace kvp {
@@ -15,10 +14,19 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ void LoadBf16x16(const Bf16* src, float* x) {
+// 16 bf16 values as they come from memory; unpacked once they are needed, so loads of a thread
+// can all be in flight together.
+struct Bf16x16 {
+  uint4 a, b;
+};
+
+__device__ __forceinline__ Bf16x16 LoadBf16x16(const Bf16* src) {
   const uint4* s = reinterpret_cast<const uint4*>(src);
-  const uint4 a = s[0], b = s[1];
-  const uint32_t w[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+  return {s[0], s[1]};
+}
+
+__device__ __forceinline__ void Unpack(const Bf16x16& raw, float* x) {
+  const uint32_t w[8] = {raw.a.x, raw.a.y, raw.a.z, raw.a.w, raw.b.x, raw.b.y, raw.b.z, raw.b.w};
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     x[2 * i] = __uint_as_float(w[i] << 16);
@@ -37,35 +45,24 @@ __device__ __forceinline__ void StoreBf16x16(const float* x, uint8_t* dst) {
   d[1] = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
-// E4m3FromFloat of 16 values, without branches. The hardware converter rounds to nearest even
-// and saturates like __NV_SATFINITE for normal magnitudes and infinities. It drops NaN's sign, and
-// in the subnormal range its ties are not the reference's, so those values are redone: below 2^-6
-// the reference's code is the sign and |x| / 2^-9 rounded to nearest even (8 being the smallest
-// normal, 0x08), which __float2int_rn of the exact product |x| · 512 is; NaN is the sign and 0x7F.
+// E4m3FromFloat of 16 values: the converter on all of them, then, in the rare thread that has a
+// NaN (the only input that becomes 0x7F or 0xFF), the NaN's sign that the converter dropped.
 __device__ __forceinline__ uint4 E4m3x16(const float* v) {
-  constexpr float kMinNormal = 0.015625f;  // 2^-6
   uint32_t w[4];
-  bool all_normal = true;
+  uint32_t nan_bytes = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const uint32_t lo =
-        __nv_cvt_float2_to_fp8x2(make_float2(v[4 * i], v[4 * i + 1]), __NV_SATFINITE, __NV_E4M3);
-    const uint32_t hi = __nv_cvt_float2_to_fp8x2(make_float2(v[4 * i + 2], v[4 * i + 3]),
-                                                 __NV_SATFINITE, __NV_E4M3);
-    w[i] = lo | (hi << 16);
+    w[i] = E4m3x2FromFloat(v[4 * i], v[4 * i + 1]) |
+           (E4m3x2FromFloat(v[4 * i + 2], v[4 * i + 3]) << 16);
+    // A byte whose low seven bits are all ones becomes 0x80 here, no other byte reaches it.
+    nan_bytes |= (w[i] & 0x7F7F7F7Fu) + 0x01010101u;
   }
-#pragma unroll
-  for (int i = 0; i < 16; ++i) all_normal &= fabsf(v[i]) >= kMinNormal;
-  if (!all_normal) {
+  if (nan_bytes & 0x80808080u) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      const uint32_t sign = (__float_as_uint(v[i]) >> 24) & 0x80u;
-      const uint32_t redone =
-          sign |
-          (isnan(v[i]) ? 0x7Fu : static_cast<uint32_t>(__float2int_rn(fabsf(v[i]) * 512.0f)));
+      const uint32_t code = ((__float_as_uint(v[i]) >> 24) & 0x80u) | kE4m3NanCode;
       const int shift = 8 * (i % 4);
-      if (!(fabsf(v[i]) >= kMinNormal))
-        w[i / 4] = (w[i / 4] & ~(0xFFu << shift)) | (redone << shift);
+      if (isnan(v[i])) w[i / 4] = (w[i / 4] & ~(0xFFu << shift)) | (code << shift);
     }
   }
   return make_uint4(w[0], w[1], w[2], w[3]);
@@ -90,17 +87,24 @@ __device__ __forceinline__ void StoreE4m3x16(const float* x, float divisor, floa
   *reinterpret_cast<uint4*>(dst) = E4m3x16(v);
 }
 
-// The signed Walsh-Hadamard rotation of one head, 16 elements per thread, kGroups threads per
-// head in consecutive lanes. Same butterflies, same operands, same order as RotateForward.
-template <int kGroups>
-__device__ __forceinline__ void RotateHead(float* x, int group, const RotationSigns& signs) {
-  // This group's 16 signs in one word (a group never straddles two 64-bit words); negating is
-  // flipping the sign bit.
+// The sign flips that start the rotation, on one group's 16 values while they are still packed
+// bf16 pairs (value 2i in the low half of word i): negating is flipping a sign bit, whatever the
+// width. The group's 16 signs come from one word (a group never straddles two 64-bit words); the
+// odd ones are moved up by 15 so that one shift brings the signs of a pair to bits 15 and 31.
+__device__ __forceinline__ void FlipRotationSigns(Bf16x16& raw, int group,
+                                                  const RotationSigns& signs) {
   const uint32_t negative = static_cast<uint32_t>(signs.words[group / 4] >> (16 * (group % 4)));
+  const uint32_t spread = (negative & 0x5555u) | ((negative & 0xAAAAu) << 15);
+  uint32_t* w = reinterpret_cast<uint32_t*>(&raw);
 #pragma unroll
-  for (int i = 0; i < 16; ++i) {
-    x[i] = __uint_as_float(__float_as_uint(x[i]) ^ ((negative << (31 - i)) & 0x80000000u));
-  }
+  for (int i = 0; i < 8; ++i) w[i] ^= (spread << (15 - 2 * i)) & 0x80008000u;
+}
+
+// The signed Walsh-Hadamard rotation of one head after FlipRotationSigns, 16 elements per thread,
+// kGroups threads per head in consecutive lanes. Same butterflies, same operands, same order as
+// RotateForward.
+template <int kGroups>
+__device__ __forceinline__ void RotateHead(float* x, int group) {
 #pragma unroll
   for (int h = 1; h < 16; h *= 2) {
 #pragma unroll
@@ -160,7 +164,8 @@ __device__ __forceinline__ void StoreTurboGroup(const float* y, float v_scale, u
 // kVBits: 2/3/4 for turboN, 16 for bf16 values.
 // Items (one thread's 16 elements) are numbered in 32 bits; block sizes are powers of two.
 template <int kHeadDim, int kVBits>
-__global__ void __launch_bounds__(kThreads, 4) CacheWriteKernel(CacheWriteParams p, int kv_blocks) {
+__global__ void __launch_bounds__(kThreads, 4)
+    CacheWriteKernel(CacheWriteParams p, int kv_blocks, FastDivisor heads) {
   constexpr int kGroups = kHeadDim / 16;
   const LayerCache& c = p.cache;
   const int block_shift = __ffs(c.block_size) - 1;
@@ -177,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, 4) CacheWriteKernel(CacheWriteParams
     const bool live = token < p.num_tokens;
     const int64_t slot = live ? p.slot_mapping[token] : -1;
     float x[16] = {};
-    if (live) LoadBf16x16(p.index_k + token * kIndexHeadDim + group * 16, x);
+    if (live) Unpack(LoadBf16x16(p.index_k + token * kIndexHeadDim + group * 16), x);
     float a = kIndexerMinAmax;
 #pragma unroll
     for (int i = 0; i < 16; ++i) a = MaxAbs(x[i], a);
@@ -201,17 +206,25 @@ __global__ void __launch_bounds__(kThreads, 4) CacheWriteKernel(CacheWriteParams
   const uint32_t item = blockIdx.x * kThreads + threadIdx.x;
   const uint32_t token_head = item / kGroups;
   const int group = static_cast<int>(item % kGroups);
-  const int64_t token = token_head / static_cast<uint32_t>(c.num_kv_heads);
-  const int head = static_cast<int>(token_head % static_cast<uint32_t>(c.num_kv_heads));
+  const uint32_t token = heads.Divide(token_head);
+  const int head = static_cast<int>(token_head - token * heads.divisor());
   const bool live = token < p.num_tokens;
-  const int64_t slot = live ? p.slot_mapping[token] : -1;
   const int64_t src = int64_t{token_head} * kHeadDim + group * 16;
+  // The slot, K and V are loaded together: one memory latency, not three in a row. (K and V of a
+  // skipped slot are read for nothing; skipped slots are rare.)
+  int64_t slot = -1;
+  Bf16x16 k_raw{}, v_raw{};
+  if (live) {
+    slot = p.slot_mapping[token];
+    k_raw = LoadBf16x16(p.k + src);
+    v_raw = LoadBf16x16(p.v + src);
+  }
   const int64_t block = slot >> block_shift;
   const int offset = static_cast<int>(slot & (c.block_size - 1));
 
-  float x[16] = {};
+  float x[16];
   if (slot >= 0) {
-    LoadBf16x16(p.k + src, x);
+    Unpack(k_raw, x);
     uint8_t* k_row = c.K(block, offset, head);
     if (c.k_codec.format == KvFormat::kFp8E4m3) {
       StoreE4m3x16(x, c.k_codec.scale, 1.0f, k_row + group * 16);
@@ -219,12 +232,15 @@ __global__ void __launch_bounds__(kThreads, 4) CacheWriteKernel(CacheWriteParams
       StoreBf16x16(x, k_row + group * 32);
     }
   }
-  // Every lane joins the rotation's shuffles; only live slots store.
-  if (live) LoadBf16x16(p.v + src, x);
+  // Every lane joins the rotation's shuffles (a lane past the last token with zeros); only live
+  // slots store.
   if constexpr (kVBits == 16) {
+    Unpack(v_raw, x);
     if (slot >= 0) StoreBf16x16(x, c.VData(block, offset, head) + group * 32);
   } else {
-    if (c.v_codec.rotate) RotateHead<kGroups>(x, group, c.v_codec.signs);
+    if (c.v_codec.rotate) FlipRotationSigns(v_raw, group, c.v_codec.signs);
+    Unpack(v_raw, x);
+    if (c.v_codec.rotate) RotateHead<kGroups>(x, group);
     if (slot >= 0) {
       StoreTurboGroup<kVBits>(x, c.v_codec.scale,
                               c.VData(block, offset, head) + group * kTurboGroupBytes<kVBits>,
@@ -243,8 +259,8 @@ LaunchStatus Launch(const CacheWriteParams& p, cudaStream_t stream) {
   if ((kv_blocks + index_blocks) * kThreads > UINT32_MAX) {
     return Unsupported("cache writes of 2^32 or more 16-element items (split the tokens)");
   }
-  CacheWriteKernel<kHeadDim, kVBits>
-      <<<kv_blocks + index_blocks, kThreads, 0, stream>>>(p, static_cast<int>(kv_blocks));
+  CacheWriteKernel<kHeadDim, kVBits><<<kv_blocks + index_blocks, kThreads, 0, stream>>>(
+      p, static_cast<int>(kv_blocks), FastDivisor(static_cast<uint32_t>(p.cache.num_kv_heads)));
   return LastLaunchError();
 }
 

@@ -1,12 +1,17 @@
 // OCP FP8 E4M3FN (DESIGN.md §3): bias 7, largest finite 448, no infinities, NaN = 0x7F / 0xFF.
 //
 // Encoding rounds to nearest even and saturates to ±448 (CUDA's __NV_SATFINITE), infinities
-// included; NaN stays NaN with its sign. Integer-only, so host and device agree bit for bit.
+// included; NaN stays NaN with its sign. The host encodes with integers only; the device with its
+// converter, given inputs on which it agrees with the host bit for bit (E4m3Device below).
 #pragma once
 
 #include <cstdint>
 
 #include "base/hd.h"
+
+#if defined(__CUDACC__)
+#include <cuda_fp8.h>
+#endif
 
 namespace kvp {
 
@@ -14,7 +19,35 @@ inline constexpr float kE4m3Max = 448.0f;
 inline constexpr uint8_t kE4m3MaxCode = 0x7E;
 inline constexpr uint8_t kE4m3NanCode = 0x7F;
 
+#if defined(__CUDACC__)
+// The device's converter rounds to nearest even and saturates like __NV_SATFINITE for normal
+// magnitudes and infinities, but its ties below 2^-6 are not E4m3FromFloat's, and it drops NaN's
+// sign. Below 2^-6 E4m3FromFloat rounds |x| / 2^-9 to the nearest integer, ties to even (the
+// subnormals and the smallest normal binade share the quantum 2^-9); that value,
+// rint(x · 2^9) · 2^-9, is exact in E4M3, so the converter keeps it. Adding 1.5 · 2^23 rounds
+// x · 2^9 (|x · 2^9| < 8) to an integer in one fused operation, subtracting it back is exact, and a
+// zero keeps x's sign. Normal magnitudes, infinities and NaN pass through unchanged.
+__device__ __forceinline__ float E4m3SnapBelowMinNormal(float x) {
+  constexpr float kMinNormal = 0.015625f;         // 2^-6
+  constexpr float kRoundToInteger = 12582912.0f;  // 1.5 · 2^23
+  const float rounded = __fmaf_rn(x, 512.0f, kRoundToInteger);
+  const float snapped = __fmaf_rn(rounded, 1.0f / 512.0f, -kRoundToInteger / 512.0f);
+  const float chosen = fabsf(x) < kMinNormal ? snapped : x;
+  return __uint_as_float(__float_as_uint(chosen) | (__float_as_uint(x) & 0x80000000u));
+}
+
+// E4m3FromFloat of two values, a in the low byte, except that NaN becomes 0x7F whatever its sign.
+__device__ __forceinline__ uint32_t E4m3x2FromFloat(float a, float b) {
+  return __nv_cvt_float2_to_fp8x2(make_float2(E4m3SnapBelowMinNormal(a), E4m3SnapBelowMinNormal(b)),
+                                  __NV_SATFINITE, __NV_E4M3);
+}
+#endif
+
 KVP_HD uint8_t E4m3FromFloat(float x) {
+#if defined(__CUDA_ARCH__)
+  if (isnan(x)) return static_cast<uint8_t>(((__float_as_uint(x) >> 24) & 0x80u) | kE4m3NanCode);
+  return static_cast<uint8_t>(E4m3x2FromFloat(x, 0.0f));
+#endif
   const uint32_t bits = FloatBits(x);
   const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
   const uint32_t abs_bits = bits & 0x7FFFFFFFu;

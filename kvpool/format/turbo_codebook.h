@@ -102,31 +102,36 @@ KVP_HD int TurboCode(float u) {
   }
 }
 
-// The boundary TurboCode compares with at bit kBit of its search, once the bits above it are in
-// `code` (its lower bits still 0): T_(code + 2^kBit - 1), picked by selects on those bits.
+// The boundary TurboCode compares with at bit kBit of its search, given its decisions `up` at the
+// bits above: T_(above + 2^kBit - 1), picked by selects on those decisions.
 template <int kBits, int kBit, int kHigh = kBits - 1, int kAbove = 0>
-KVP_HD float TurboSearchBoundary(int code) {
+KVP_HD float TurboSearchBoundary(const bool* up) {
   if constexpr (kHigh == kBit) {
     return TurboBoundary<kBits, kAbove + (1 << kBit) - 1>();
   } else {
-    return (code & (1 << kHigh)) != 0
-               ? TurboSearchBoundary<kBits, kBit, kHigh - 1, kAbove | (1 << kHigh)>(code)
-               : TurboSearchBoundary<kBits, kBit, kHigh - 1, kAbove>(code);
+    return up[kHigh] ? TurboSearchBoundary<kBits, kBit, kHigh - 1, kAbove | (1 << kHigh)>(up)
+                     : TurboSearchBoundary<kBits, kBit, kHigh - 1, kAbove>(up);
   }
+}
+
+// Sets up[kBit], then the bits below it: whether u is at or above the boundary of each step.
+template <int kBits, int kBit = kBits - 1>
+KVP_HD void TurboSearch(float u, bool* up) {
+  up[kBit] = u >= TurboSearchBoundary<kBits, kBit>(up);
+  if constexpr (kBit > 0) TurboSearch<kBits, kBit - 1>(u, up);
 }
 
 // TurboCode without jumps, for the GPU, where the lanes of a warp go both ways at every
 // comparison: the same search (the same comparisons with the same boundaries, so the same code,
-// NaN included), each step setting one bit of the code and choosing the next boundary by selects.
-template <int kBits, int kBit = kBits - 1>
-KVP_HD int TurboCodeSelect(float u, int code = 0) {
-  const int up = code | (1 << kBit);
-  code = u >= TurboSearchBoundary<kBits, kBit>(code) ? up : code;
-  if constexpr (kBit == 0) {
-    return code;
-  } else {
-    return TurboCodeSelect<kBits, kBit - 1>(u, code);
-  }
+// NaN included), each boundary chosen by selects on the decisions before it. The decisions stay
+// predicates; the code is assembled from them once at the end.
+template <int kBits>
+KVP_HD int TurboCodeSelect(float u) {
+  bool up[kBits];
+  TurboSearch<kBits>(u, up);
+  int code = 0;
+  for (int b = 0; b < kBits; ++b) code += up[b] ? (1 << b) : 0;
+  return code;
 }
 
 template <int kBits>

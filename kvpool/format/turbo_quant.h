@@ -74,7 +74,10 @@ KVP_HD void TurboEncodeGroup(const float* x, float v_scale, uint8_t* packed, uin
   const float s = DivRn(SqrtRn(sum_x2), SqrtRn(sum_c2));  // matched norm
   TurboPackGroup<kBits>(codes, packed);
   // A group holding NaN gets the canonical NaN scale: NaN's sign after arithmetic is not portable.
-  *scale_byte = IsNan(s) ? kE4m3NanCode : E4m3FromFloat(DivRn(s, v_scale));
+  // (Dividing by a v_scale of 1 is exact, so it is skipped.)
+  *scale_byte = IsNan(s)          ? kE4m3NanCode
+                : v_scale == 1.0f ? E4m3FromFloat(s)
+                                  : E4m3FromFloat(DivRn(s, v_scale));
 }
 
 // Dequantizes one group into the rotated domain: y_i = (decode(scale) · v_scale) · C[code_i].
