@@ -9,6 +9,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -60,6 +61,57 @@ class CudaKernelsTest : public ::testing::Test {
 
 // --- cache write -------------------------------------------------------------------------------
 
+// One cache write's inputs, on the host for the reference and uploaded for the kernel.
+struct CacheWriteInputs {
+  CacheWriteInputs(std::vector<Bf16> k_in, std::vector<Bf16> v_in, std::vector<Bf16> index_k_in,
+                   std::vector<int64_t> slots_in)
+      : k(std::move(k_in)),
+        v(std::move(v_in)),
+        index_k(std::move(index_k_in)),
+        slots(std::move(slots_in)),
+        dk(Up(k)),
+        dv(Up(v)),
+        dindex_k(Up(index_k)),
+        dslots(Up(slots)) {}
+  CacheWriteParams Host(const LayerCache& c) const {
+    return {c, k.data(), v.data(), index_k.data(), slots.data(), int64_t(slots.size())};
+  }
+  CacheWriteParams Device(const LayerCache& c) const {
+    return {c,
+            dk.get<Bf16>(),
+            dv.get<Bf16>(),
+            dindex_k.get<Bf16>(),
+            dslots.get<int64_t>(),
+            int64_t(slots.size())};
+  }
+  std::vector<Bf16> k, v, index_k;
+  std::vector<int64_t> slots;
+  DeviceBuffer dk, dv, dindex_k, dslots;
+};
+
+// Writes every layer of the pool with the reference into `host` and with the kernel into `arena`,
+// then returns the kernel's bytes.
+std::vector<uint8_t> WriteEveryLayer(const BlockLayout& layout, int64_t blocks,
+                                     const CacheWriteInputs& in, std::vector<uint8_t>& host,
+                                     DeviceBuffer& arena) {
+  for (int layer = 0; layer < layout.spec().num_layers; ++layer) {
+    EXPECT_TRUE(CacheWriteRef(in.Host(layout.Layer(host.data(), blocks, layer))).ok());
+    EXPECT_TRUE(
+        CacheWriteCuda(in.Device(layout.Layer(arena.get<uint8_t>(), blocks, layer)), nullptr).ok());
+  }
+  return Down<uint8_t>(arena, host.size());
+}
+
+// How many bytes of `got` differ from `want`, and the first of them.
+std::pair<size_t, size_t> Differences(const std::vector<uint8_t>& got,
+                                      const std::vector<uint8_t>& want) {
+  size_t count = 0, first = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (got[i] != want[i] && count++ == 0) first = i;
+  }
+  return {count, first};
+}
+
 TEST_F(CudaKernelsTest, CacheWriteIsBitIdenticalToTheReference) {
   for (KvFormat v : {KvFormat::kTurbo2, KvFormat::kTurbo3, KvFormat::kTurbo4, KvFormat::kBf16}) {
     for (int d : {64, 128, 256}) {
@@ -98,37 +150,13 @@ TEST_F(CudaKernelsTest, CacheWriteIsBitIdenticalToTheReference) {
           vv[7 * i + 3] = Bf16FromFloat(specials[i]);
           ik[3 * i + 200] = Bf16FromFloat(specials[i]);
         }
-        DeviceBuffer dk = Up(kk), dv = Up(vv), dik = Up(ik), dslots = Up(slots);
-        for (int layer = 0; layer < 2; ++layer) {
-          CacheWriteParams ref{layout.Layer(host.data(), blocks, layer),
-                               kk.data(),
-                               vv.data(),
-                               ik.data(),
-                               slots.data(),
-                               tokens};
-          ASSERT_TRUE(CacheWriteRef(ref).ok());
-          CacheWriteParams dev{layout.Layer(arena.get<uint8_t>(), blocks, layer),
-                               dk.get<Bf16>(),
-                               dv.get<Bf16>(),
-                               dik.get<Bf16>(),
-                               dslots.get<int64_t>(),
-                               tokens};
-          ASSERT_TRUE(CacheWriteCuda(dev, nullptr).ok());
-        }
-        const std::vector<uint8_t> got = Down<uint8_t>(arena, host.size());
-        size_t mismatches = 0, first = 0;
-        for (size_t i = 0; i < host.size(); ++i) {
-          if (got[i] != host[i] && mismatches++ == 0) first = i;
-        }
+        const CacheWriteInputs in(std::move(kk), std::move(vv), std::move(ik), std::move(slots));
+        const std::vector<uint8_t> got = WriteEveryLayer(layout, blocks, in, host, arena);
+        const auto [mismatches, first] = Differences(got, host);
         EXPECT_EQ(mismatches, 0u) << spec.DebugString() << " first at byte " << first;
         // Run to run: writing again gives the same bytes.
-        CacheWriteParams dev{layout.Layer(arena.get<uint8_t>(), blocks, 1),
-                             dk.get<Bf16>(),
-                             dv.get<Bf16>(),
-                             dik.get<Bf16>(),
-                             dslots.get<int64_t>(),
-                             tokens};
-        ASSERT_TRUE(CacheWriteCuda(dev, nullptr).ok());
+        ASSERT_TRUE(
+            CacheWriteCuda(in.Device(layout.Layer(arena.get<uint8_t>(), blocks, 1)), nullptr).ok());
         EXPECT_EQ(Down<uint8_t>(arena, host.size()), got);
       }
     }
@@ -159,28 +187,10 @@ TEST_F(CudaKernelsTest, CacheWriteEncodesEveryBf16ValueLikeTheReference) {
     std::iota(slots.begin(), slots.end(), 0);
     std::shuffle(slots.begin(), slots.end(), rng_);
     std::vector<uint8_t> host(blocks * layout.block_stride(), 0xFF);
-    DeviceBuffer arena = Up(host), values = Up(every), dslots = Up(slots);
-    for (int layer = 0; layer < 2; ++layer) {
-      CacheWriteParams ref{layout.Layer(host.data(), blocks, layer),
-                           every.data(),
-                           every.data(),
-                           every.data(),
-                           slots.data(),
-                           tokens};
-      ASSERT_TRUE(CacheWriteRef(ref).ok());
-      CacheWriteParams dev{layout.Layer(arena.get<uint8_t>(), blocks, layer),
-                           values.get<Bf16>(),
-                           values.get<Bf16>(),
-                           values.get<Bf16>(),
-                           dslots.get<int64_t>(),
-                           tokens};
-      ASSERT_TRUE(CacheWriteCuda(dev, nullptr).ok());
-    }
-    const std::vector<uint8_t> got = Down<uint8_t>(arena, host.size());
-    size_t mismatches = 0, first = 0;
-    for (size_t i = 0; i < host.size(); ++i) {
-      if (got[i] != host[i] && mismatches++ == 0) first = i;
-    }
+    DeviceBuffer arena = Up(host);
+    const CacheWriteInputs in(every, every, every, std::move(slots));
+    const std::vector<uint8_t> got = WriteEveryLayer(layout, blocks, in, host, arena);
+    const auto [mismatches, first] = Differences(got, host);
     EXPECT_EQ(mismatches, 0u) << "rotation " << rotation << ", first at byte " << first << ": got "
                               << int{got[first]} << ", reference " << int{host[first]};
   }
