@@ -2,7 +2,7 @@
 //
 // Encoding rounds to nearest even and saturates to ±448 (CUDA's __NV_SATFINITE), infinities
 // included; NaN stays NaN with its sign. The host encodes with integers only; the device with its
-// converter, given inputs on which it agrees with the host bit for bit (E4m3Device below).
+// converter, given inputs on which it agrees with the host bit for bit (E4m3SnapBelowMinNormal).
 #pragma once
 
 #include <cstdint>
@@ -47,7 +47,7 @@ KVP_HD uint8_t E4m3FromFloat(float x) {
 #if defined(__CUDA_ARCH__)
   if (isnan(x)) return static_cast<uint8_t>(((__float_as_uint(x) >> 24) & 0x80u) | kE4m3NanCode);
   return static_cast<uint8_t>(E4m3x2FromFloat(x, 0.0f));
-#endif
+#else
   const uint32_t bits = FloatBits(x);
   const uint8_t sign = static_cast<uint8_t>((bits >> 24) & 0x80u);
   const uint32_t abs_bits = bits & 0x7FFFFFFFu;
@@ -70,6 +70,7 @@ KVP_HD uint8_t E4m3FromFloat(float x) {
   // next binade on its own.
   const int exp_field_base = (exp < -6 ? -6 : exp) + 6;
   return sign | static_cast<uint8_t>(exp_field_base * 8 + static_cast<int>(n));
+#endif
 }
 
 KVP_HD float E4m3ToFloat(uint8_t code) {
