@@ -24,57 +24,67 @@ namespace kvp::attention {
 inline constexpr int kCombineWarps = 4;
 
 // Merges the parts of one (sequence, q head), rotates back and writes out. Lane l of every warp
-// owns output elements [l·kPer, l·kPer + kPer). Each warp finds the maximum over all parts (lanes
-// read different parts) and sums its share of the parts (warp w: parts w, w + kCombineWarps, ...;
-// their loads are independent, so several parts are in flight at once); one barrier merges the
-// warps, and warp 0 applies the inverse Walsh-Hadamard rotation in registers and writes.
+// owns output elements [l·kPer, l·kPer + kPer). Warp w merges parts w, w + kCombineWarps, ... with
+// a running maximum (each part rescales what came before it when it raises the maximum), so no
+// pass over the parts' maxima comes first: the loads of several parts are in flight at once and
+// the kernel waits on global memory once. One barrier merges the warps the same way, and warp 0
+// applies the inverse Walsh-Hadamard rotation in registers and writes.
 template <int kHeadDim>
 __global__ void __launch_bounds__(kCombineWarps * 32)
     AttentionCombineKernel(AttentionParams p, int parts_n, const float* parts) {
   constexpr int kRow = kRowFloats<kHeadDim>;
   constexpr int kPer = kHeadDim / 32;  // 2, 4 or 8 elements a lane
   __shared__ float warp_x[kCombineWarps][kHeadDim];
-  __shared__ float warp_sum[kCombineWarps];
+  __shared__ float warp_max[kCombineWarps], warp_sum[kCombineWarps];
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int64_t head = int64_t{blockIdx.y} * p.num_q_heads + blockIdx.x;
   LetDependentsLaunch();
   WaitForPredecessor();  // the parts
   const float* base = parts + head * parts_n * kRow;
-  float max_m = -INFINITY;
-  for (int i = lane; i < parts_n; i += 32) max_m = fmaxf(max_m, base[i * kRow]);
-#pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2)
-    max_m = fmaxf(max_m, __shfl_xor_sync(0xFFFFFFFFu, max_m, offset));
-  float sum = 0.0f, x[kPer] = {};
-  if (max_m != -INFINITY) {
+  float max_m = -INFINITY, sum = 0.0f, x[kPer] = {};
 #pragma unroll 8
-    for (int i = warp; i < parts_n; i += kCombineWarps) {
-      const float* row = base + i * kRow;
-      const float w = exp2f(row[0] - max_m);
-      sum += w * row[1];
-      // Rows are kHeadDim + 2 floats: 8-byte aligned at element 2.
-      const float2* acc = reinterpret_cast<const float2*>(row + 2 + lane * kPer);
+  for (int i = warp; i < parts_n; i += kCombineWarps) {
+    const float* row = base + i * kRow;
+    // Rows are kHeadDim + 2 floats: 8-byte aligned at element 2.
+    const float2* acc = reinterpret_cast<const float2*>(row + 2 + lane * kPer);
+    const float m = row[0];
+    const float new_max = fmaxf(max_m, m);
+    // A part with no positions has m = -inf; until one has some, everything stays 0.
+    const float ref = new_max == -INFINITY ? 0.0f : new_max;
+    const float keep = exp2f(max_m - ref), w = exp2f(m - ref);
+    sum = sum * keep + w * row[1];
 #pragma unroll
-      for (int j = 0; j < kPer / 2; ++j) {
-        const float2 a = acc[j];
-        x[2 * j] += w * a.x;
-        x[2 * j + 1] += w * a.y;
-      }
+    for (int j = 0; j < kPer / 2; ++j) {
+      const float2 a = acc[j];
+      x[2 * j] = x[2 * j] * keep + w * a.x;
+      x[2 * j + 1] = x[2 * j + 1] * keep + w * a.y;
     }
+    max_m = new_max;
   }
 #pragma unroll
   for (int j = 0; j < kPer; ++j) warp_x[warp][lane * kPer + j] = x[j];
-  if (lane == 0) warp_sum[warp] = sum;
+  if (lane == 0) {
+    warp_max[warp] = max_m;
+    warp_sum[warp] = sum;
+  }
   __syncthreads();
   if (warp != 0) return;
+  max_m = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kCombineWarps; ++w) max_m = fmaxf(max_m, warp_max[w]);
+  const float ref = max_m == -INFINITY ? 0.0f : max_m;
+  float scale[kCombineWarps];
   sum = 0.0f;
 #pragma unroll
-  for (int w = 0; w < kCombineWarps; ++w) sum += warp_sum[w];
+  for (int w = 0; w < kCombineWarps; ++w) {
+    scale[w] = exp2f(warp_max[w] - ref);
+    sum += scale[w] * warp_sum[w];
+  }
 #pragma unroll
   for (int j = 0; j < kPer; ++j) {
     float o = 0.0f;
 #pragma unroll
-    for (int w = 0; w < kCombineWarps; ++w) o += warp_x[w][lane * kPer + j];
+    for (int w = 0; w < kCombineWarps; ++w) o += scale[w] * warp_x[w][lane * kPer + j];
     x[j] = Normalized(o, sum, p);
   }
   RotateBackAndWriteHead<kHeadDim>(x, p, head);
