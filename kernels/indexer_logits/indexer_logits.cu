@@ -63,7 +63,7 @@ class BlockFeed {
   __device__ int32_t Entry(int index) const { return index < blocks_ ? table_[index] : 0; }
 
   const int32_t* table_;
-  int32_t blocks_;  // entries that hold positions of the sequence
+  int32_t blocks_;  // entries that may be read
   int window_;
   int32_t current_, next_;
 };
@@ -73,7 +73,11 @@ class BlockFeed {
 // the pair (k, k + 1) of step s (k even) is dims 32·((k % 8) / 2) + 4s + (k >= 8 ? 2 : 0), + 1.
 // Item i = n·4 + t converts dims [32t, 32t + 32) of head n.
 __device__ void StageQueries(Shared& sh, const IndexerLogitsParams& p, int seq) {
-  for (int item = threadIdx.x; item < kIndexHeads * 4; item += kThreads) {
+  static_assert(kIndexHeads * 4 % kThreads == 0, "whole items a thread");
+  // A fixed count of items a thread, unrolled, so all of a thread's loads are in flight at once.
+#pragma unroll
+  for (int i = 0; i < kIndexHeads * 4 / kThreads; ++i) {
+    const int item = static_cast<int>(threadIdx.x) + i * kThreads;
     const int n = item / 4, t = item % 4;
     const uint16_t* q = reinterpret_cast<const uint16_t*>(p.index_q) +
                         (int64_t{seq} * kIndexHeads + n) * kIndexHeadDim + 32 * t;
@@ -117,10 +121,11 @@ __global__ void __launch_bounds__(kThreads, 4)
   __syncthreads();  // the barriers are initialized
 
   // Warp 0 stages chunk `chunk` into `stage`: the blocks holding positions before `len`, whole.
-  // Only warp 0 reads the table (the other warps' feeds see no entries).
+  // Only warp 0 reads the table (the other warps' feeds see no entries). It reads as far as the
+  // table's row goes rather than the sequence's blocks, so its first reads need not wait for `len`
+  // (entries past the sequence are never copied from).
   BlockFeed feed(p.block_tables + int64_t{seq} * p.block_table_stride,
-                 warp == 0 ? (len + block_size - 1) / block_size : 0,
-                 chunk_begin * blocks_per_chunk);
+                 warp == 0 ? p.block_table_stride : 0, chunk_begin * blocks_per_chunk);
   auto stage_chunk = [&](int chunk, int stage) {
     const int first = chunk * blocks_per_chunk;
     const int32_t block = feed.Blocks(first, blocks_per_chunk);
@@ -142,8 +147,8 @@ __global__ void __launch_bounds__(kThreads, 4)
     }
   }
 
-  StageQueries(sh, p, seq);
-  // Weights of the D columns this thread holds: heads 8j + 2t and 8j + 2t + 1.
+  // Weights of the D columns this thread holds: heads 8j + 2t and 8j + 2t + 1. Loaded before the
+  // queries are converted, so the two wait on memory together.
   float w[kIndexHeads / 8][2];
 #pragma unroll
   for (int j = 0; j < kIndexHeads / 8; ++j) {
@@ -151,6 +156,7 @@ __global__ void __launch_bounds__(kThreads, 4)
     w[j][0] = hw[0];
     w[j][1] = hw[1];
   }
+  StageQueries(sh, p, seq);
   const uint64_t queries = wgmma::SwizzledKMajorDescriptor(sh.queries[0]);
   float* out = p.logits + int64_t{seq} * p.logits_stride;
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
