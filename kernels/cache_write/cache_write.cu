@@ -60,9 +60,10 @@ __device__ __forceinline__ uint4 E4m3x16(const float* v) {
   if (nan_bytes & 0x80808080u) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) {
-      const uint32_t code = ((__float_as_uint(v[i]) >> 24) & 0x80u) | kE4m3NanCode;
       const int shift = 8 * (i % 4);
-      if (isnan(v[i])) w[i / 4] = (w[i / 4] & ~(0xFFu << shift)) | (code << shift);
+      if (isnan(v[i])) {
+        w[i / 4] = (w[i / 4] & ~(0xFFu << shift)) | (uint32_t{E4m3FromFloat(v[i])} << shift);
+      }
     }
   }
   return make_uint4(w[0], w[1], w[2], w[3]);

@@ -110,9 +110,9 @@ __device__ __forceinline__ uint32_t BlockExclusiveScan(uint32_t v, uint32_t* tot
   return before + inclusive - v;
 }
 
-// This thread's 16 keys, elements [first, first + 16) of the slice that ends at `end` (keys past
-// it are 0: never counted, never selected). `vector_loads`: the row is 16-byte aligned and its
-// stride a multiple of 4, so a float4 that starts before `end` stays inside the row.
+// This thread's kPerThread keys, elements [first, first + kPerThread) of the slice that ends at
+// `end` (keys past it are 0: never counted, never selected). `vector_loads`: the row is 16-byte
+// aligned and its stride a multiple of 4, so a float4 that starts before `end` stays inside it.
 template <int kPerThread>
 __device__ __forceinline__ void LoadKeys(const float* scores, int32_t first, int32_t end,
                                          bool vector_loads, uint32_t* keys) {
