@@ -8,6 +8,8 @@
 // are Sᵀ's C fragments transposed in registers (movmatrix), Vᵀ's A fragments are decoded exactly
 // like the B fragments of the other kernel (thread g: dims [g·D/8, (g+1)·D/8) of 4 positions).
 // Half the mma instructions and half the accumulators of the 16-row layout, so more warps fit.
+// A CTA covers two kv heads where the layer's count is even (KvHeadsPerCta): their rows sit side
+// by side in the cache, so it stages both with fewer L2 requests per byte than two CTAs would.
 #pragma once
 
 #include "kernels/common/attention_pipeline.cuh"
@@ -16,23 +18,32 @@ namespace kvp::attention {
 
 inline constexpr int kMaxColumnHeads = 8;
 
-inline Plan HeadsAsColumnsPlan() { return Plan{}; }  // one head tile, one CTA per kv head
+// One head tile per kv head; a CTA covers `kv_heads_per_cta` consecutive kv heads.
+inline Plan HeadsAsColumnsPlan(int kv_heads_per_cta) {
+  Plan plan;
+  plan.kv_heads_per_cta = kv_heads_per_cta;
+  return plan;
+}
 
 // Four CTAs (16 warps) per SM for D <= 128, as many as 4 x 46 KB of shared memory allow (stages
-// and the ring of row addresses): up to 128 registers.
-template <int kHeadDim, int kVBits, bool kSparse>
+// and the ring of row addresses): up to 128 registers. Warp w takes kv head w / kWarpsPerHead of
+// the CTA's kKvHeads and, of each staged chunk, the 16-position tile w % kWarpsPerHead.
+template <int kHeadDim, int kVBits, bool kSparse, int kKvHeads>
 __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
     HeadsAsColumnsKernel(AttentionParams p, PositionSource src, Plan plan, float* parts) {
-  using St = Stage<kHeadDim, kVBits>;
+  using St = Stage<kHeadDim, kVBits, kKvHeads>;
   constexpr int kSteps = kHeadDim / 16;  // k-steps of K·Qᵀ, and m-tiles of Vᵀ·Pᵀ
+  constexpr int kWarpsPerHead = kWarps / kKvHeads;
   extern __shared__ __align__(16) uint8_t smem[];
-  const __half2* pair_levels = StartPartsKernel<kHeadDim, kVBits>(smem);
+  const __half2* pair_levels = StartPartsKernel<kHeadDim, kVBits, kKvHeads>(smem);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
-  const int split = blockIdx.x, kv_head = blockIdx.y, seq = blockIdx.z;
+  const int split = blockIdx.x, first_kv_head = blockIdx.y * kKvHeads, seq = blockIdx.z;
+  const int head = warp / kWarpsPerHead;  // of the CTA's kv heads
   const int group = p.num_q_heads / p.cache.num_kv_heads;
-  const int64_t first_q_head = int64_t{seq} * p.num_q_heads + kv_head * group;
+  const int64_t cta_q_head = int64_t{seq} * p.num_q_heads + first_kv_head * group;
+  const int64_t first_q_head = cta_q_head + head * group;
 
   // Qᵀ as B fragments: column g is head g, k-step s takes dims t·D/4 + 4s .. + 3 (mma.cuh).
   uint32_t qb[kSteps][2];
@@ -55,13 +66,14 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
 #pragma unroll
   for (int j = 0; j < kSteps; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
-  ChunkStream<kHeadDim, kVBits, kSparse> stream(p, src, plan.splits, split, seq, kv_head, smem);
+  ChunkStream<kHeadDim, kVBits, kSparse, kKvHeads> stream(p, src, plan.splits, split, seq,
+                                                          first_kv_head, smem);
   stream.ForEach([&](const St& st) {
-    const int base = warp * kTile;
+    const int base = (warp % kWarpsPerHead) * kTile;
     // Sᵀ = K·Qᵀ: rows are positions base + g and base + g + 8. Two accumulators (even and odd
     // k-steps) halve the dependent mma chain.
     float s_acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const uint8_t* row0 = st.k + (base + g) * St::kKRow + t * (kHeadDim / 4);
+    const uint8_t* row0 = st.k + (base + g) * St::kKRow + head * St::kKHead + t * (kHeadDim / 4);
     const uint8_t* row1 = row0 + 8 * St::kKRow;
 #pragma unroll
     for (int s = 0; s < kSteps; s += 4) {
@@ -111,7 +123,8 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int i = base + half * 8 + 2 * t;
-      DecodeValuePair<kHeadDim, kVBits>(st.v + i * St::kVRow, st.s + i * St::kSRow, St::kVRow,
+      DecodeValuePair<kHeadDim, kVBits>(st.v + i * St::kVRow + head * St::kVHead,
+                                        st.s + i * St::kSRow + head * St::kSHead, St::kVRow,
                                         St::kSRow, g, pair_levels, v[half]);
     }
 #pragma unroll
@@ -121,8 +134,9 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
     }
   });
 
-  // Finish the sums down the columns, then merge the 4 warps through shared memory (the stages
-  // are free now) into one part per CTA, or, when the CTA is its heads' only one, the output.
+  // Finish the sums down the columns, then merge the warps of each kv head through shared memory
+  // (the stages are free now) into one part per CTA, or, when the CTA is its heads' only one, the
+  // output.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -148,21 +162,28 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
     }
   }
   __syncthreads();
+  constexpr int kHeadRows = kWarpsPerHead * kMaxColumnHeads * kRow;  // a kv head's warps' rows
   if (plan.parts() > 1) {
-    WriteParts<kHeadDim, kMaxColumnHeads>(merge, 1, kWarps, 0, group, parts, first_q_head,
-                                          plan.parts(), split);
+#pragma unroll
+    for (int h = 0; h < kKvHeads; ++h) {
+      WriteParts<kHeadDim, kMaxColumnHeads>(merge + h * kHeadRows, 1, kWarpsPerHead, 0, group,
+                                            parts, cta_q_head + h * group, plan.parts(), split);
+    }
     return;
   }
   // The only part of its heads: finish them here, without the combining kernel.
   float* x = merge + kWarps * kMaxColumnHeads * kRow;  // [head][D]
   static_assert((kWarps + 1) * kMaxColumnHeads * kRow * 4 <= kStages * St::kBytes,
                 "output area exceeds the stages");
-  MergeWarps<kHeadDim, kMaxColumnHeads>(merge, 1, kWarps, 0, group,
-                                        [&](int local, int e, float, float sum, float o) {
-                                          x[local * kHeadDim + e] = Normalized(o, sum, p);
-                                        });
-  __syncthreads();
-  RotateBackAndWrite<kHeadDim>(x, group, p, first_q_head);
+  for (int h = 0; h < kKvHeads; ++h) {
+    MergeWarps<kHeadDim, kMaxColumnHeads>(merge + h * kHeadRows, 1, kWarpsPerHead, 0, group,
+                                          [&](int local, int e, float, float sum, float o) {
+                                            x[local * kHeadDim + e] = Normalized(o, sum, p);
+                                          });
+    __syncthreads();
+    RotateBackAndWrite<kHeadDim>(x, group, p, cta_q_head + h * group);
+    __syncthreads();
+  }
 }
 
 }  // namespace kvp::attention

@@ -24,11 +24,11 @@ inline Plan HeadsAsRowsPlan(const AttentionParams& p) {
 template <int kHeadDim, int kVBits, bool kSparse>
 __global__ void __launch_bounds__(kWarps * 32)
     HeadsAsRowsKernel(AttentionParams p, PositionSource src, Plan plan, float* parts) {
-  using St = Stage<kHeadDim, kVBits>;
+  using St = Stage<kHeadDim, kVBits, 1>;
   constexpr int kSteps = kHeadDim / 16;  // k-steps of Q·Kᵀ
   constexpr int kNTiles = kHeadDim / 8;  // n-tiles of P·V; also V dims per thread
   extern __shared__ __align__(16) uint8_t smem[];
-  const __half2* pair_levels = StartPartsKernel<kHeadDim, kVBits>(smem);
+  const __half2* pair_levels = StartPartsKernel<kHeadDim, kVBits, 1>(smem);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
@@ -69,10 +69,10 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int j = 0; j < kNTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
-  ChunkStream<kHeadDim, kVBits, kSparse> stream(p, src, plan.splits, split, seq, kv_head, smem);
+  ChunkStream<kHeadDim, kVBits, kSparse, 1> stream(p, src, plan.splits, split, seq, kv_head, smem);
   stream.ForEach([&](const St& st) {
     if (head_tile >= plan.head_tiles) return;
-    for (int tile = sub; tile < kChunk / kTile; tile += wpt) {
+    for (int tile = sub; tile < St::kPositions / kTile; tile += wpt) {
       const int base = tile * kTile;
       // S = Q·Kᵀ for tokens g (half 0) and 8 + g (half 1).
       // Two accumulators per half (even and odd k-steps) halve the dependent mma chain.

@@ -96,18 +96,21 @@ struct PartsKernel {
   void (*kernel)(AttentionParams, PositionSource, Plan, float*) = nullptr;
   int shared_bytes = 0;
   bool heads_as_columns = false;
+  int kv_heads_per_cta = 1;
   int resident = 0;  // CTAs per SM
   cudaError_t setup = cudaSuccess;
 };
 
-template <int kHeadDim, int kVBits, bool kSparse, bool kColumns>
+template <int kHeadDim, int kVBits, bool kSparse, bool kColumns, int kKvHeads>
 const PartsKernel& PartsKernelFor() {
+  static_assert(kColumns || kKvHeads == 1);
   static const PartsKernel k = [] {
     PartsKernel k;
-    k.kernel = kColumns ? HeadsAsColumnsKernel<kHeadDim, kVBits, kSparse>
+    k.kernel = kColumns ? HeadsAsColumnsKernel<kHeadDim, kVBits, kSparse, kKvHeads>
                         : HeadsAsRowsKernel<kHeadDim, kVBits, kSparse>;
-    k.shared_bytes = kSharedBytes<kHeadDim, kVBits>;
+    k.shared_bytes = kSharedBytes<kHeadDim, kVBits, kKvHeads>;
     k.heads_as_columns = kColumns;
+    k.kv_heads_per_cta = kKvHeads;
     k.setup =
         cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, k.shared_bytes);
     if (k.setup == cudaSuccess) {
@@ -124,6 +127,12 @@ const PartsKernel& PartsKernelFor() {
   return k;
 }
 
+// Kv heads per heads-as-columns CTA: two where the layer's count is even, so a CTA reads each
+// position's pair of heads as one row. (Four, in CTAs of 16-position chunks, measured slower on
+// the H200: 126-129 us against 123-124 for dense decode at batch 32 and 8, 82 against 74 at
+// batch 1, where twice the splits leave the combining kernel twice the parts.)
+inline int KvHeadsPerCta(const AttentionParams& p) { return p.cache.num_kv_heads % 2 == 0 ? 2 : 1; }
+
 // Calls f(kernel, IntConstant<head_dim>) for the kernel that serves p, or names what is missing.
 template <bool kSparse, class F>
 LaunchStatus WithPartsKernel(const AttentionParams& p, F&& f) {
@@ -131,10 +140,12 @@ LaunchStatus WithPartsKernel(const AttentionParams& p, F&& f) {
   if (c.k_codec.format != KvFormat::kFp8E4m3) return Unsupported("K formats other than fp8_e4m3");
   if (c.block_stride > INT32_MAX) return Unsupported("blocks of 2 GiB or more");  // ChunkStream
   const bool columns = p.num_q_heads / c.num_kv_heads <= kMaxColumnHeads;
+  const int kv_heads_per_cta = columns ? KvHeadsPerCta(p) : 1;
   auto with_bits = [&](auto head_dim, auto bits) -> LaunchStatus {
     constexpr int kD = decltype(head_dim)::value, kBits = decltype(bits)::value;
-    return columns ? f(PartsKernelFor<kD, kBits, kSparse, true>(), head_dim)
-                   : f(PartsKernelFor<kD, kBits, kSparse, false>(), head_dim);
+    if (!columns) return f(PartsKernelFor<kD, kBits, kSparse, false, 1>(), head_dim);
+    return kv_heads_per_cta == 2 ? f(PartsKernelFor<kD, kBits, kSparse, true, 2>(), head_dim)
+                                 : f(PartsKernelFor<kD, kBits, kSparse, true, 1>(), head_dim);
   };
   auto with_dim = [&](auto head_dim) -> LaunchStatus {
     switch (c.v_codec.format) {
@@ -162,17 +173,18 @@ LaunchStatus WithPartsKernel(const AttentionParams& p, F&& f) {
 
 // The full plan of a launch. `positions` bounds a sequence's positions (max_seq_len, or topk).
 inline Plan PlanFor(const AttentionParams& p, const PartsKernel& k, int positions) {
-  Plan plan = k.heads_as_columns ? HeadsAsColumnsPlan() : HeadsAsRowsPlan(p);
-  const int chunks = (positions + kChunk - 1) / kChunk;
+  Plan plan = k.heads_as_columns ? HeadsAsColumnsPlan(k.kv_heads_per_cta) : HeadsAsRowsPlan(p);
+  const int chunk_positions = kChunk / plan.kv_heads_per_cta;
+  const int chunks = (positions + chunk_positions - 1) / chunk_positions;
   // A CTA covering several head tiles stages each K/V chunk once for all of them; but when even
   // one chunk a CTA would leave SMs idle (a batch of one with 128 heads a kv head), CTAs of fewer
   // head tiles spread the work.
+  const int kv_head_ctas = p.cache.num_kv_heads / plan.kv_heads_per_cta;
   while (plan.tiles_per_cta > 1 &&
-         int64_t{p.num_seqs} * p.cache.num_kv_heads * plan.ctas_per_kv_head() * chunks <
-             SmCount()) {
+         int64_t{p.num_seqs} * kv_head_ctas * plan.ctas_per_kv_head() * chunks < SmCount()) {
     plan.tiles_per_cta /= 2;
   }
-  const int base = p.num_seqs * p.cache.num_kv_heads * plan.ctas_per_kv_head();
+  const int base = p.num_seqs * kv_head_ctas * plan.ctas_per_kv_head();
   plan.splits = ChooseSplits(base, chunks, k.resident * SmCount());
   return plan;
 }
@@ -189,7 +201,9 @@ LaunchStatus LaunchAttention(const AttentionParams& p, const PositionSource& src
       return LaunchStatus{cudaErrorInvalidValue, nullptr};
     }
     float* parts = static_cast<float*>(workspace);
-    const dim3 grid(plan.splits, p.cache.num_kv_heads * plan.ctas_per_kv_head(), p.num_seqs);
+    const dim3 grid(plan.splits,
+                    p.cache.num_kv_heads / plan.kv_heads_per_cta * plan.ctas_per_kv_head(),
+                    p.num_seqs);
     cudaError_t launched = LaunchDependent(k.kernel, grid, dim3(kWarps * 32), k.shared_bytes,
                                            stream, false, p, src, plan, parts);
     if (launched != cudaSuccess || (plan.parts() == 1 && k.heads_as_columns)) {

@@ -2,10 +2,14 @@
 // cut into CTAs, how a CTA streams them through shared memory, how TurboNV V becomes tensor-core
 // fragments, and how a CTA's warps merge into one partial result.
 //
-// A CTA takes (sequence, kv head, a group of q heads, split of the positions). All its threads
-// stage 64 positions at a time (K, V codes, V scales) into shared memory with cp.async, three
-// stages deep (positions and block ids are loaded an iteration ahead, so a copy never waits on a
-// dependent load of the block table or of the top-k indices).
+// A CTA takes (sequence, one kv head or two consecutive ones, a group of q heads, split of the
+// positions). All its threads stage 64 position-heads at a time (K, V codes, V scales: 64
+// positions of one kv head or 32 of two) into shared memory with cp.async, three stages deep
+// (positions and block ids are loaded an iteration ahead, so a copy never waits on a dependent load
+// of the block table or of the top-k indices). A cache row holds a position's heads side by side,
+// so two kv heads a CTA read it in longer pieces: fewer L2 requests per byte (the L2 limits the
+// staging: it alone reaches 76% of copy bandwidth with one head a CTA), and fewer 32-byte sectors
+// that two CTAs both read for their parts of it (V rows of 48 bytes).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,7 +27,7 @@ namespace kvp::attention {
 
 inline constexpr int kWarps = 4;
 inline constexpr int kTile = 16;               // positions one warp takes at a time
-inline constexpr int kChunk = kWarps * kTile;  // positions staged in shared memory per step
+inline constexpr int kChunk = kWarps * kTile;  // position-heads staged in shared memory per step
 inline constexpr int kStages = 3;              // cp.async pipeline depth
 inline constexpr float kLog2e = 1.4426950408889634f;
 
@@ -79,11 +83,13 @@ struct PositionSource {
 // How the work is cut. A CTA covers `tiles_per_cta` head tiles of one kv head (a head tile is
 // the q heads one warp's mma fragments hold); its warps split into head tiles
 // (warp / warps_per_head_tile) and, within one, take every warps_per_head_tile-th 16-position tile
-// of each staged chunk.
+// of each staged chunk. A heads-as-columns CTA may instead cover `kv_heads_per_cta` kv heads of
+// one head tile each.
 struct Plan {
-  int head_tiles = 1;     // head tiles per kv head
-  int tiles_per_cta = 1;  // head tiles one CTA covers: 1, 2 or 4
-  int splits = 1;         // CTAs along the positions
+  int head_tiles = 1;        // head tiles per kv head
+  int tiles_per_cta = 1;     // head tiles one CTA covers: 1, 2 or 4
+  int kv_heads_per_cta = 1;  // 1 or 2 (then tiles_per_cta = 1)
+  int splits = 1;            // CTAs along the positions
   KVP_HD int warps_per_head_tile() const { return kWarps / tiles_per_cta; }
   KVP_HD int ctas_per_kv_head() const { return (head_tiles + tiles_per_cta - 1) / tiles_per_cta; }
   KVP_HD int parts() const { return splits; }  // the warps of a head tile merge in the CTA
@@ -94,23 +100,37 @@ inline size_t PartialBytes(const AttentionParams& p, const Plan& plan) {
   return size_t(p.num_seqs) * p.num_q_heads * plan.parts() * (p.cache.head_dim + 2) * sizeof(float);
 }
 
-// Shared-memory layout of one pipeline stage: K rows padded by 16 bytes (conflict-free 16-byte
-// reads), V code rows, V scale rows. What the consumer gets: those, and which positions are real.
-template <int kHeadDim, int kVBits>
+// Bytes between staged rows of `bytes` read by the V decode: a thread reads rows 2t and 2t + 1
+// (t = lane % 4) at the same column, so rows whose stride is a multiple of 32 words would put the
+// four t on the same banks (16 words: two of them). 16 bytes more move them 8 words apart.
+KVP_HD constexpr int DecodeRowStride(int bytes) {
+  return bytes % 16 == 0 && (bytes / 4) % 8 == 0 ? bytes + 16 : bytes;
+}
+
+// Shared-memory layout of one pipeline stage of kKvHeads kv heads: per position a K row (the
+// heads' K side by side, padded by 16 bytes for conflict-free 16-byte reads), a V code row and a
+// V scale row (the heads side by side, padded as DecodeRowStride says). What the consumer gets:
+// those, and which positions are real.
+template <int kHeadDim, int kVBits, int kKvHeads>
 struct Stage {
-  static constexpr int kKRow = kHeadDim + 16;
-  static constexpr int kVRow = kHeadDim * kVBits / 8;
-  static constexpr int kSRow = kHeadDim / 16;
-  static constexpr int kKBytes = kChunk * kKRow;
-  static constexpr int kVBytes = kChunk * kVRow;
-  static constexpr int kSBytes = kChunk * kSRow;
+  static_assert(kKvHeads == 1 || kKvHeads == 2);
+  static constexpr int kPositions = kChunk / kKvHeads;
+  static constexpr int kKHead = kHeadDim;  // bytes of one head in a row
+  static constexpr int kVHead = kHeadDim * kVBits / 8;
+  static constexpr int kSHead = kHeadDim / 16;
+  static constexpr int kKRow = kKvHeads * kKHead + 16;
+  static constexpr int kVRow = DecodeRowStride(kKvHeads * kVHead);
+  static constexpr int kSRow = DecodeRowStride(kKvHeads * kSHead);
+  static constexpr int kKBytes = kPositions * kKRow;
+  static constexpr int kVBytes = kPositions * kVRow;
+  static constexpr int kSBytes = kPositions * kSRow;
   static constexpr int kBytes = kKBytes + kVBytes + kSBytes;
   static_assert(kKBytes % 16 == 0 && kVBytes % 16 == 0 && kSBytes % 16 == 0);
 
-  const uint8_t* k;      // [kChunk][kKRow]
-  const uint8_t* v;      // [kChunk][kVRow]
-  const uint8_t* s;      // [kChunk][kSRow]
-  const int32_t* slots;  // [kChunk]: a position's slot in its block, -1 if masked
+  const uint8_t* k;      // [kPositions][kKRow]
+  const uint8_t* v;      // [kPositions][kVRow]
+  const uint8_t* s;      // [kPositions][kSRow]
+  const int32_t* slots;  // [kPositions]: a position's slot in its block, -1 if masked
 };
 
 // The rows of the chunks being staged: per position its slot in its block (-1 = masked) and the
@@ -122,10 +142,12 @@ inline constexpr int kMetaSlotBytes = kChunk * (4 + 3 * 8);  // int32 slot[kChun
 inline constexpr int kMetaBytes = kMetaSlots * kMetaSlotBytes;
 
 // The stages, the position ring, then the f16 level pairs of the codebook.
-template <int kHeadDim, int kVBits>
-inline constexpr int kPairLevelsOffset = kStages* Stage<kHeadDim, kVBits>::kBytes + kMetaBytes;
-template <int kHeadDim, int kVBits>
-inline constexpr int kSharedBytes = kPairLevelsOffset<kHeadDim, kVBits> + (4 << (2 * kVBits));
+template <int kHeadDim, int kVBits, int kKvHeads>
+inline constexpr int kPairLevelsOffset =
+    kStages* Stage<kHeadDim, kVBits, kKvHeads>::kBytes + kMetaBytes;
+template <int kHeadDim, int kVBits, int kKvHeads>
+inline constexpr int kSharedBytes = kPairLevelsOffset<kHeadDim, kVBits, kKvHeads> +
+                                    (4 << (2 * kVBits));
 
 // `pair_levels[c0 | c1 << N]` = (level c0, level c1) as f16: fills it with the CTA's threads.
 template <int kVBits>
@@ -139,9 +161,10 @@ __device__ __forceinline__ void FillPairLevels(__half2* pair_levels) {
 // How both parts kernels begin: the codebook's pair table into shared memory (no global access,
 // so while the kernel before may still run), then the wait for that kernel (the positions of
 // top-k, and the workspace the combining kernel may still read). Returns the table.
-template <int kHeadDim, int kVBits>
+template <int kHeadDim, int kVBits, int kKvHeads>
 __device__ __forceinline__ const __half2* StartPartsKernel(uint8_t* smem) {
-  __half2* pair_levels = reinterpret_cast<__half2*>(smem + kPairLevelsOffset<kHeadDim, kVBits>);
+  __half2* pair_levels =
+      reinterpret_cast<__half2*>(smem + kPairLevelsOffset<kHeadDim, kVBits, kKvHeads>);
   FillPairLevels<kVBits>(pair_levels);
   LetDependentsLaunch();
   WaitForPredecessor();
@@ -231,12 +254,13 @@ __device__ __forceinline__ void DecodeValuePair(const uint8_t* vdata0, const uin
 // Consecutive threads copy consecutive pieces of a row, so one warp-wide copy covers whole
 // 128-byte lines (one L2 request each) rather than a sector of 16 different lines. Block sizes are
 // powers of two (PoolSpec), so a slot is a mask.
-template <int kHeadDim, int kVBits, bool kSparse>
+template <int kHeadDim, int kVBits, bool kSparse, int kKvHeads>
 class ChunkStream {
  public:
-  using St = Stage<kHeadDim, kVBits>;
+  using St = Stage<kHeadDim, kVBits, kKvHeads>;
   static constexpr int kThreads = kWarps * 32;
-  static_assert(kChunk <= kThreads, "one thread per position loads the chunk's positions");
+  static constexpr int kPositions = St::kPositions;
+  static_assert(kPositions <= kThreads, "one thread per position loads the chunk's positions");
 
   __device__ ChunkStream(const AttentionParams& p, const PositionSource& src, int splits, int split,
                          int seq, int kv_head, uint8_t* smem)
@@ -263,7 +287,7 @@ class ChunkStream {
       first_ = window_start_ & ~(kTile - 1);
       count = len_ - first_;
     }
-    const int chunks = count > 0 ? (count + kChunk - 1) / kChunk : 0;
+    const int chunks = count > 0 ? (count + kPositions - 1) / kPositions : 0;
     const int per_split = (chunks + splits - 1) / splits;
     chunk_begin_ = split * per_split;
     chunk_end_ = min(chunks, chunk_begin_ + per_split);
@@ -273,7 +297,7 @@ class ChunkStream {
   // stage stays valid until consume returns; it must not call __syncthreads.
   template <class Consume>
   __device__ __forceinline__ void ForEach(Consume&& consume) {
-    const bool loader = threadIdx.x < kChunk;
+    const bool loader = threadIdx.x < kPositions;
     if (loader) {
 #pragma unroll
       for (int s = 0; s < kStages; ++s) {
@@ -343,11 +367,11 @@ class ChunkStream {
   __device__ int32_t PositionOf(int chunk) const {
     if (chunk >= chunk_end_) return -1;
     if constexpr (kSparse) {
-      const int idx = chunk * kChunk + threadIdx.x;
+      const int idx = chunk * kPositions + threadIdx.x;
       const int32_t pos = idx < src_.topk ? src_.indices[int64_t{seq_} * src_.topk + idx] : -1;
       return pos >= 0 && pos < len_ ? pos : -1;
     } else {
-      const int32_t pos = first_ + chunk * kChunk + threadIdx.x;
+      const int32_t pos = first_ + chunk * kPositions + threadIdx.x;
       return pos >= window_start_ && pos < len_ ? pos : -1;
     }
   }
@@ -360,11 +384,15 @@ class ChunkStream {
   // become zeros.
   __device__ void Issue(int stage, int meta) const {
     uint8_t* st = smem_ + stage * St::kBytes;
-    CopyRows<16, St::kKRow, kHeadDim>(st, MetaRows(meta, 0));
-    CopyRows<St::kVRow % 16 == 0 ? 16 : 8, St::kVRow, St::kVRow>(st + St::kKBytes,
-                                                                 MetaRows(meta, 1));
-    CopyRows<St::kSRow % 8 == 0 ? 8 : 4, St::kSRow, St::kSRow>(st + St::kKBytes + St::kVBytes,
-                                                               MetaRows(meta, 2));
+    CopyRows<16, St::kKRow, kKvHeads * St::kKHead>(st, MetaRows(meta, 0));
+    constexpr int kV = kKvHeads * St::kVHead, kS = kKvHeads * St::kSHead;
+    CopyRows<PieceOf(kV), St::kVRow, kV>(st + St::kKBytes, MetaRows(meta, 1));
+    CopyRows<PieceOf(kS), St::kSRow, kS>(st + St::kKBytes + St::kVBytes, MetaRows(meta, 2));
+  }
+
+  // The largest copy (16, 8 or 4 bytes) that divides a row of `bytes`.
+  KVP_HD static constexpr int PieceOf(int bytes) {
+    return bytes % 16 == 0 ? 16 : bytes % 8 == 0 ? 8 : 4;
   }
 
   // Copies kBytes of each position's row to dst rows of kDstRow bytes, kPiece bytes per copy.
@@ -379,9 +407,9 @@ class ChunkStream {
     const int piece_offset = (threadIdx.x % kPieces) * kPiece;
     if (first >= kPerPass) return;
 #pragma unroll
-    for (int r = 0; r < (kChunk + kPerPass - 1) / kPerPass; ++r) {
+    for (int r = 0; r < (kPositions + kPerPass - 1) / kPerPass; ++r) {
       const int i = first + r * kPerPass;
-      if (kChunk % kPerPass != 0 && i >= kChunk) break;
+      if (kPositions % kPerPass != 0 && i >= kPositions) break;
       const uintptr_t row = rows[i];
       const uint32_t masked = static_cast<uint32_t>(row) & 1u;
       cp_async::CopyOrZero<kPiece>(dst + i * kDstRow + piece_offset,
