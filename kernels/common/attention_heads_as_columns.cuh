@@ -73,12 +73,12 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
     // Sᵀ = K·Qᵀ: rows are positions base + g and base + g + 8. Two accumulators (even and odd
     // k-steps) halve the dependent mma chain.
     float s_acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    const uint8_t* row0 = st.k + (base + g) * St::kKRow + head * St::kKHead + t * (kHeadDim / 4);
-    const uint8_t* row1 = row0 + 8 * St::kKRow;
+    const int k_byte = head * St::kKHead + t * (kHeadDim / 4);
 #pragma unroll
     for (int s = 0; s < kSteps; s += 4) {
-      const uint4 w0 = *reinterpret_cast<const uint4*>(row0 + 4 * s);
-      const uint4 w1 = *reinterpret_cast<const uint4*>(row1 + 4 * s);
+      const uint4 w0 = *reinterpret_cast<const uint4*>(st.k + St::KByte(base, g, k_byte + 4 * s));
+      const uint4 w1 =
+          *reinterpret_cast<const uint4*>(st.k + St::KByte(base, g + 8, k_byte + 4 * s));
       const uint32_t k0[4] = {w0.x, w0.y, w0.z, w0.w}, k1[4] = {w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
@@ -135,8 +135,8 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
   });
 
   // Finish the sums down the columns, then merge the warps of each kv head through shared memory
-  // (the stages are free now) into one part per CTA, or, when the CTA is its heads' only one, the
-  // output.
+  // (the stages, ring and level pairs are free now) into one part per CTA, or, when the CTA is its
+  // heads' only one, the output.
 #pragma unroll
   for (int h = 0; h < 2; ++h) {
 #pragma unroll
@@ -144,8 +144,7 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
       l[h] += __shfl_xor_sync(0xFFFFFFFFu, l[h], offset);
   }
   constexpr int kRow = kRowFloats<kHeadDim>;
-  static_assert(kWarps * kMaxColumnHeads * kRow * 4 <= kStages * St::kBytes,
-                "merge area exceeds the stages");
+  static_assert(kWarps * kMaxColumnHeads * kRow * 4 <= kMergeBytes<kHeadDim>);
   float* merge = reinterpret_cast<float*>(smem);  // [warp][head 0..7][kRow]
   __syncthreads();
 #pragma unroll
@@ -173,8 +172,7 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
   }
   // The only part of its heads: finish them here, without the combining kernel.
   float* x = merge + kWarps * kMaxColumnHeads * kRow;  // [head][D]
-  static_assert((kWarps + 1) * kMaxColumnHeads * kRow * 4 <= kStages * St::kBytes,
-                "output area exceeds the stages");
+  static_assert((kWarps + 1) * kMaxColumnHeads * kRow * 4 <= kMergeBytes<kHeadDim>);
   for (int h = 0; h < kKvHeads; ++h) {
     MergeWarps<kHeadDim, kMaxColumnHeads>(merge + h * kHeadRows, 1, kWarpsPerHead, 0, group,
                                           [&](int local, int e, float, float sum, float o) {

@@ -81,10 +81,10 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) s_acc[h][i] = s_odd[h][i] = 0.0f;
-        const uint8_t* row = st.k + (base + h * 8 + g) * St::kKRow + t * (kHeadDim / 4);
 #pragma unroll
         for (int s = 0; s < kSteps; s += 4) {
-          const uint4 w = *reinterpret_cast<const uint4*>(row + 4 * s);
+          const uint4 w = *reinterpret_cast<const uint4*>(
+              st.k + St::KByte(base, h * 8 + g, t * (kHeadDim / 4) + 4 * s));
           const uint32_t kw[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
           for (int q = 0; q < 4; ++q) {
@@ -149,14 +149,15 @@ __global__ void __launch_bounds__(kWarps * 32)
   });
 
   // Finish the sums across the quad, then merge the warps of each head tile through shared memory
-  // (the stages are free now) into one part per CTA: fewer parts for the combining kernel to read.
+  // (the stages, ring and level pairs are free now) into one part per CTA: fewer parts for the
+  // combining kernel to read.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 1);
     l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 2);
   }
   constexpr int kRow = kRowFloats<kHeadDim>;
-  static_assert(kWarps * 16 * kRow * 4 <= kStages * St::kBytes, "merge area exceeds the stages");
+  static_assert(kWarps * 16 * kRow * 4 <= kMergeBytes<kHeadDim>);
   float* merge = reinterpret_cast<float*>(smem);  // [warp][row 0..15][kRow]
   __syncthreads();
 #pragma unroll

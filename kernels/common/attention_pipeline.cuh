@@ -100,17 +100,12 @@ inline size_t PartialBytes(const AttentionParams& p, const Plan& plan) {
   return size_t(p.num_seqs) * p.num_q_heads * plan.parts() * (p.cache.head_dim + 2) * sizeof(float);
 }
 
-// Bytes between staged rows of `bytes` read by the V decode: a thread reads rows 2t and 2t + 1
-// (t = lane % 4) at the same column, so rows whose stride is a multiple of 32 words would put the
-// four t on the same banks (16 words: two of them). 16 bytes more move them 8 words apart.
-KVP_HD constexpr int DecodeRowStride(int bytes) {
-  return bytes % 16 == 0 && (bytes / 4) % 8 == 0 ? bytes + 16 : bytes;
-}
-
-// Shared-memory layout of one pipeline stage of kKvHeads kv heads: per position a K row (the
-// heads' K side by side, padded by 16 bytes for conflict-free 16-byte reads), a V code row and a
-// V scale row (the heads side by side, padded as DecodeRowStride says). What the consumer gets:
-// those, and which positions are real.
+// Shared-memory layout of one pipeline stage of kKvHeads kv heads: per position a K row, a V code
+// row and a V scale row, each holding the heads side by side as the cache does. Rows are not
+// padded: a copy whose shared-memory destination straddles two 32-byte pieces costs the L2 twice
+// (16-byte padding of K rows made the L2 deliver 1.5 times K's bytes). K's 16-byte chunks are
+// permuted instead (KByte), which keeps its reads free of bank conflicts. What the consumer gets:
+// the rows, and which positions are real.
 template <int kHeadDim, int kVBits, int kKvHeads>
 struct Stage {
   static_assert(kKvHeads == 1 || kKvHeads == 2);
@@ -118,16 +113,24 @@ struct Stage {
   static constexpr int kKHead = kHeadDim;  // bytes of one head in a row
   static constexpr int kVHead = kHeadDim * kVBits / 8;
   static constexpr int kSHead = kHeadDim / 16;
-  static constexpr int kKRow = kKvHeads * kKHead + 16;
-  static constexpr int kVRow = DecodeRowStride(kKvHeads * kVHead);
-  static constexpr int kSRow = DecodeRowStride(kKvHeads * kSHead);
+  static constexpr int kKRow = kKvHeads * kKHead;
+  static constexpr int kVRow = kKvHeads * kVHead;
+  static constexpr int kSRow = kKvHeads * kSHead;
+  // Chunk c of K row r sits at chunk c ^ (r & kKSwizzle), within its head's part of the row: the
+  // eight rows g = lane / 4 a warp reads at the same column land on different banks.
+  static constexpr int kKSwizzle = (kKHead / 16 < 8 ? kKHead / 16 : 8) - 1;
+  // Where byte `byte` of staged K row first + r sits; `first` is a multiple of 8 (the first row of
+  // a tile), so the permutation of a thread's bytes stays the same from tile to tile.
+  KVP_HD static int KByte(int first, int r, int byte) {
+    return (first + r) * kKRow + (byte ^ ((r & kKSwizzle) << 4));
+  }
   static constexpr int kKBytes = kPositions * kKRow;
   static constexpr int kVBytes = kPositions * kVRow;
   static constexpr int kSBytes = kPositions * kSRow;
   static constexpr int kBytes = kKBytes + kVBytes + kSBytes;
   static_assert(kKBytes % 16 == 0 && kVBytes % 16 == 0 && kSBytes % 16 == 0);
 
-  const uint8_t* k;      // [kPositions][kKRow]
+  const uint8_t* k;      // [kPositions][kKRow], permuted as KByte says
   const uint8_t* v;      // [kPositions][kVRow]
   const uint8_t* s;      // [kPositions][kSRow]
   const int32_t* slots;  // [kPositions]: a position's slot in its block, -1 if masked
@@ -145,9 +148,17 @@ inline constexpr int kMetaBytes = kMetaSlots * kMetaSlotBytes;
 template <int kHeadDim, int kVBits, int kKvHeads>
 inline constexpr int kPairLevelsOffset =
     kStages* Stage<kHeadDim, kVBits, kKvHeads>::kBytes + kMetaBytes;
+// (max, sum, acc[D]) of one q head, in floats: one row of the merge area and of a part.
+template <int kHeadDim>
+inline constexpr int kRowFloats = kHeadDim + 2;
+// After the last chunk a CTA merges its warps' results in the same shared memory: up to 64 rows.
+template <int kHeadDim>
+inline constexpr int kMergeBytes = 64 * kRowFloats<kHeadDim> * 4;
 template <int kHeadDim, int kVBits, int kKvHeads>
-inline constexpr int kSharedBytes = kPairLevelsOffset<kHeadDim, kVBits, kKvHeads> +
-                                    (4 << (2 * kVBits));
+inline constexpr int kSharedBytes =
+    kPairLevelsOffset<kHeadDim, kVBits, kKvHeads> + (4 << (2 * kVBits)) > kMergeBytes<kHeadDim>
+        ? kPairLevelsOffset<kHeadDim, kVBits, kKvHeads> + (4 << (2 * kVBits))
+        : kMergeBytes<kHeadDim>;
 
 // `pair_levels[c0 | c1 << N]` = (level c0, level c1) as f16: fills it with the CTA's threads.
 template <int kVBits>
@@ -384,10 +395,9 @@ class ChunkStream {
   // become zeros.
   __device__ void Issue(int stage, int meta) const {
     uint8_t* st = smem_ + stage * St::kBytes;
-    CopyRows<16, St::kKRow, kKvHeads * St::kKHead>(st, MetaRows(meta, 0));
-    constexpr int kV = kKvHeads * St::kVHead, kS = kKvHeads * St::kSHead;
-    CopyRows<PieceOf(kV), St::kVRow, kV>(st + St::kKBytes, MetaRows(meta, 1));
-    CopyRows<PieceOf(kS), St::kSRow, kS>(st + St::kKBytes + St::kVBytes, MetaRows(meta, 2));
+    CopyRows<16, St::kKRow, St::kKSwizzle>(st, MetaRows(meta, 0));
+    CopyRows<PieceOf(St::kVRow), St::kVRow, 0>(st + St::kKBytes, MetaRows(meta, 1));
+    CopyRows<PieceOf(St::kSRow), St::kSRow, 0>(st + St::kKBytes + St::kVBytes, MetaRows(meta, 2));
   }
 
   // The largest copy (16, 8 or 4 bytes) that divides a row of `bytes`.
@@ -395,11 +405,13 @@ class ChunkStream {
     return bytes % 16 == 0 ? 16 : bytes % 8 == 0 ? 8 : 4;
   }
 
-  // Copies kBytes of each position's row to dst rows of kDstRow bytes, kPiece bytes per copy.
-  // Thread t copies piece t % kPieces of positions t / kPieces + r · kPerPass, so all but the row
-  // address is fixed per thread.
-  template <int kPiece, int kDstRow, int kBytes>
+  // Copies each position's row of kBytes to dst rows of as many bytes, kPiece bytes per copy, the
+  // pieces of row i permuted by XOR with i & kSwizzle (16-byte pieces). Thread t copies piece
+  // t % kPieces of positions t / kPieces + r · kPerPass, so all but the row address is fixed per
+  // thread.
+  template <int kPiece, int kBytes, int kSwizzle>
   __device__ __forceinline__ void CopyRows(uint8_t* dst, const uintptr_t* rows) const {
+    static_assert(kSwizzle == 0 || kPiece == 16);
     constexpr int kPieces = kBytes / kPiece;
     static_assert(kBytes % kPiece == 0 && kPieces <= kThreads);
     constexpr int kPerPass = kThreads / kPieces;  // positions per pass
@@ -412,7 +424,7 @@ class ChunkStream {
       if (kPositions % kPerPass != 0 && i >= kPositions) break;
       const uintptr_t row = rows[i];
       const uint32_t masked = static_cast<uint32_t>(row) & 1u;
-      cp_async::CopyOrZero<kPiece>(dst + i * kDstRow + piece_offset,
+      cp_async::CopyOrZero<kPiece>(dst + i * kBytes + (piece_offset ^ ((i & kSwizzle) << 4)),
                                    reinterpret_cast<const uint8_t*>(row) + (piece_offset - masked),
                                    masked == 0);
     }
@@ -430,10 +442,6 @@ class ChunkStream {
   int32_t len_ = 0, first_ = 0, window_start_ = 0;
   int chunk_begin_ = 0, chunk_end_ = 0;
 };
-
-// (max, sum, acc[D]) of one q head, in floats: one row of the merge area and of a part.
-template <int kHeadDim>
-inline constexpr int kRowFloats = kHeadDim + 2;
 
 // Each warp has written its (max, sum, acc) for `kRows` heads into merge[warp][row]; the warps
 // of a set (warps_per_set consecutive warps covering the same heads) are merged into one
