@@ -127,25 +127,55 @@ const PartsKernel& PartsKernelFor() {
   return k;
 }
 
-// Kv heads per heads-as-columns CTA: two where the layer's count is even, so a CTA reads each
-// position's pair of heads as one row. (Four, in CTAs of 16-position chunks, measured slower on
-// the H200: 126-129 us against 123-124 for dense decode at batch 32 and 8, 82 against 74 at
-// batch 1, where twice the splits leave the combining kernel twice the parts.)
-inline int KvHeadsPerCta(const AttentionParams& p) { return p.cache.num_kv_heads % 2 == 0 ? 2 : 1; }
+// The full plan of a launch. `positions` bounds a sequence's positions (max_seq_len, or topk).
+inline Plan PlanFor(const AttentionParams& p, const PartsKernel& k, int positions) {
+  Plan plan = k.heads_as_columns ? HeadsAsColumnsPlan(k.kv_heads_per_cta) : HeadsAsRowsPlan(p);
+  const int chunk_positions = kChunk / plan.kv_heads_per_cta;
+  const int chunks = (positions + chunk_positions - 1) / chunk_positions;
+  // A CTA covering several head tiles stages each K/V chunk once for all of them; but when even
+  // one chunk a CTA would leave SMs idle (a batch of one with 128 heads a kv head), CTAs of fewer
+  // head tiles spread the work.
+  const int kv_head_ctas = p.cache.num_kv_heads / plan.kv_heads_per_cta;
+  while (plan.tiles_per_cta > 1 &&
+         int64_t{p.num_seqs} * kv_head_ctas * plan.ctas_per_kv_head() * chunks < SmCount()) {
+    plan.tiles_per_cta /= 2;
+  }
+  const int base = p.num_seqs * kv_head_ctas * plan.ctas_per_kv_head();
+  plan.splits = ChooseSplits(base, chunks, k.resident * SmCount());
+  return plan;
+}
+
+// Chunks a heads-as-columns CTA of two kv heads must get, or it covers one. Two kv heads a CTA
+// read each position's pair of rows as one (fewer L2 requests per byte), but halve the positions
+// of a chunk, so a launch of few sequences splits them over twice the CTAs, each with its fixed
+// cost, and leaves the combining kernel twice the parts: sparse decode of 2,048 positions at
+// batch 1 took 14.4 us instead of 12.2 with one chunk a CTA. (Four kv heads a CTA, in chunks of
+// 16 positions, measured slower than two everywhere on the H200.)
+inline constexpr int kMinChunksForTwoKvHeads = 4;
+
+// Whether p is served by heads-as-columns CTAs of two kv heads (`two`) rather than one.
+inline bool TwoKvHeadsPerCta(const AttentionParams& p, const PartsKernel& two, int positions) {
+  if (p.cache.num_kv_heads % 2 != 0) return false;
+  const Plan plan = PlanFor(p, two, positions);
+  const int chunks = (positions + kChunk / 2 - 1) / (kChunk / 2);
+  return (chunks + plan.splits - 1) / plan.splits >= kMinChunksForTwoKvHeads;
+}
 
 // Calls f(kernel, IntConstant<head_dim>) for the kernel that serves p, or names what is missing.
+// `positions` bounds a sequence's positions (max_seq_len, or topk).
 template <bool kSparse, class F>
-LaunchStatus WithPartsKernel(const AttentionParams& p, F&& f) {
+LaunchStatus WithPartsKernel(const AttentionParams& p, int positions, F&& f) {
   const LayerCache& c = p.cache;
   if (c.k_codec.format != KvFormat::kFp8E4m3) return Unsupported("K formats other than fp8_e4m3");
   if (c.block_stride > INT32_MAX) return Unsupported("blocks of 2 GiB or more");  // ChunkStream
   const bool columns = p.num_q_heads / c.num_kv_heads <= kMaxColumnHeads;
-  const int kv_heads_per_cta = columns ? KvHeadsPerCta(p) : 1;
   auto with_bits = [&](auto head_dim, auto bits) -> LaunchStatus {
     constexpr int kD = decltype(head_dim)::value, kBits = decltype(bits)::value;
     if (!columns) return f(PartsKernelFor<kD, kBits, kSparse, false, 1>(), head_dim);
-    return kv_heads_per_cta == 2 ? f(PartsKernelFor<kD, kBits, kSparse, true, 2>(), head_dim)
-                                 : f(PartsKernelFor<kD, kBits, kSparse, true, 1>(), head_dim);
+    const PartsKernel& two = PartsKernelFor<kD, kBits, kSparse, true, 2>();
+    return TwoKvHeadsPerCta(p, two, positions)
+               ? f(two, head_dim)
+               : f(PartsKernelFor<kD, kBits, kSparse, true, 1>(), head_dim);
   };
   auto with_dim = [&](auto head_dim) -> LaunchStatus {
     switch (c.v_codec.format) {
@@ -171,56 +201,40 @@ LaunchStatus WithPartsKernel(const AttentionParams& p, F&& f) {
   }
 }
 
-// The full plan of a launch. `positions` bounds a sequence's positions (max_seq_len, or topk).
-inline Plan PlanFor(const AttentionParams& p, const PartsKernel& k, int positions) {
-  Plan plan = k.heads_as_columns ? HeadsAsColumnsPlan(k.kv_heads_per_cta) : HeadsAsRowsPlan(p);
-  const int chunk_positions = kChunk / plan.kv_heads_per_cta;
-  const int chunks = (positions + chunk_positions - 1) / chunk_positions;
-  // A CTA covering several head tiles stages each K/V chunk once for all of them; but when even
-  // one chunk a CTA would leave SMs idle (a batch of one with 128 heads a kv head), CTAs of fewer
-  // head tiles spread the work.
-  const int kv_head_ctas = p.cache.num_kv_heads / plan.kv_heads_per_cta;
-  while (plan.tiles_per_cta > 1 &&
-         int64_t{p.num_seqs} * kv_head_ctas * plan.ctas_per_kv_head() * chunks < SmCount()) {
-    plan.tiles_per_cta /= 2;
-  }
-  const int base = p.num_seqs * kv_head_ctas * plan.ctas_per_kv_head();
-  plan.splits = ChooseSplits(base, chunks, k.resident * SmCount());
-  return plan;
-}
-
 template <bool kSparse>
 LaunchStatus LaunchAttention(const AttentionParams& p, const PositionSource& src, int positions,
                              void* workspace, size_t workspace_bytes, cudaStream_t stream) {
-  return WithPartsKernel<kSparse>(p, [&](const PartsKernel& k, auto head_dim) -> LaunchStatus {
-    constexpr int kD = decltype(head_dim)::value;
-    if (k.setup != cudaSuccess) return LaunchStatus{k.setup, nullptr};
-    if (p.num_seqs == 0) return {};
-    Plan plan = PlanFor(p, k, positions);
-    if (workspace_bytes < PartialBytes(p, plan)) {
-      return LaunchStatus{cudaErrorInvalidValue, nullptr};
-    }
-    float* parts = static_cast<float*>(workspace);
-    const dim3 grid(plan.splits,
-                    p.cache.num_kv_heads / plan.kv_heads_per_cta * plan.ctas_per_kv_head(),
-                    p.num_seqs);
-    cudaError_t launched = LaunchDependent(k.kernel, grid, dim3(kWarps * 32), k.shared_bytes,
-                                           stream, false, p, src, plan, parts);
-    if (launched != cudaSuccess || (plan.parts() == 1 && k.heads_as_columns)) {
-      // Failed, or the parts kernel wrote the outputs itself.
-    } else {
-      const dim3 heads(p.num_q_heads, p.num_seqs);
-      launched = LaunchDependent(AttentionCombineKernel<kD>, heads, dim3(kCombineWarps * 32), 0,
-                                 stream, false, p, plan.parts(), static_cast<const float*>(parts));
-    }
-    return LaunchStatus{launched, nullptr};
-  });
+  return WithPartsKernel<kSparse>(
+      p, positions, [&](const PartsKernel& k, auto head_dim) -> LaunchStatus {
+        constexpr int kD = decltype(head_dim)::value;
+        if (k.setup != cudaSuccess) return LaunchStatus{k.setup, nullptr};
+        if (p.num_seqs == 0) return {};
+        Plan plan = PlanFor(p, k, positions);
+        if (workspace_bytes < PartialBytes(p, plan)) {
+          return LaunchStatus{cudaErrorInvalidValue, nullptr};
+        }
+        float* parts = static_cast<float*>(workspace);
+        const dim3 grid(plan.splits,
+                        p.cache.num_kv_heads / plan.kv_heads_per_cta * plan.ctas_per_kv_head(),
+                        p.num_seqs);
+        cudaError_t launched = LaunchDependent(k.kernel, grid, dim3(kWarps * 32), k.shared_bytes,
+                                               stream, false, p, src, plan, parts);
+        if (launched != cudaSuccess || (plan.parts() == 1 && k.heads_as_columns)) {
+          // Failed, or the parts kernel wrote the outputs itself.
+        } else {
+          const dim3 heads(p.num_q_heads, p.num_seqs);
+          launched =
+              LaunchDependent(AttentionCombineKernel<kD>, heads, dim3(kCombineWarps * 32), 0,
+                              stream, false, p, plan.parts(), static_cast<const float*>(parts));
+        }
+        return LaunchStatus{launched, nullptr};
+      });
 }
 
 template <bool kSparse>
 size_t AttentionWorkspaceBytes(const AttentionParams& p, int positions) {
   size_t bytes = 0;
-  WithPartsKernel<kSparse>(p, [&](const PartsKernel& k, auto) -> LaunchStatus {
+  WithPartsKernel<kSparse>(p, positions, [&](const PartsKernel& k, auto) -> LaunchStatus {
     bytes = PartialBytes(p, PlanFor(p, k, positions));
     return {};
   });

@@ -352,6 +352,22 @@ TEST_F(CudaKernelsTest, SparseVThresholdStaysWithinItsBound) {
   }
 }
 
+// Top-k rows for every sequence of `pool`: distinct positions of the sequence in random order,
+// at most topk - 100 of them, the rest -1.
+std::vector<int32_t> RandomTopkRows(const TestPool& pool, int topk, std::mt19937_64& rng) {
+  const int n = static_cast<int>(pool.seq_lens().size());
+  std::vector<int32_t> indices(size_t(n) * topk, -1);
+  for (int s = 0; s < n; ++s) {
+    std::vector<int32_t> all(pool.seq_lens()[s]);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng);
+    const int take = std::min<int>(all.size(), topk - 100);
+    std::copy(all.begin(), all.begin() + take, indices.begin() + s * topk);
+    std::shuffle(indices.begin() + s * topk, indices.begin() + (s + 1) * topk, rng);
+  }
+  return indices;
+}
+
 TEST_F(CudaKernelsTest, SparseDecodeMatchesTheReference) {
   CudaWorkspace ws;
   for (int q_heads : {32, 128}) {
@@ -361,15 +377,7 @@ TEST_F(CudaKernelsTest, SparseDecodeMatchesTheReference) {
     TestPool pool(spec, 400);
     pool.FillSequences(rng_, {5000, 700, 3000, 64});
     const int n = 4, topk = 2048;
-    std::vector<int32_t> indices(n * topk, -1);
-    for (int s = 0; s < n; ++s) {
-      std::vector<int32_t> all(pool.seq_lens()[s]);
-      std::iota(all.begin(), all.end(), 0);
-      std::shuffle(all.begin(), all.end(), rng_);
-      const int take = std::min<int>(all.size(), topk - 100);
-      std::copy(all.begin(), all.begin() + take, indices.begin() + s * topk);
-      std::shuffle(indices.begin() + s * topk, indices.begin() + (s + 1) * topk, rng_);
-    }
+    const std::vector<int32_t> indices = RandomTopkRows(pool, topk, rng_);
     const auto q = RandomBf16(rng_, size_t(n) * q_heads * 128, 2.0f);
     std::vector<float> want(q.size(), kNan);
     SparseDecodeParams ref{HostAttention(pool, q, want, q_heads, 0.0f), indices.data(), topk};
@@ -389,6 +397,29 @@ TEST_F(CudaKernelsTest, SparseDecodeMatchesTheReference) {
     ExpectClose(Down<float>(dout1, heads), std::vector<float>(want.begin(), want.begin() + heads),
                 3e-3, "one sequence, q_heads " + std::to_string(q_heads));
   }
+}
+
+// 32 sequences of 8 kv heads give each CTA enough chunks to cover two kv heads (four sequences
+// and one sequence above are planned with one kv head a CTA).
+TEST_F(CudaKernelsTest, SparseDecodeOfTwoKvHeadsPerCtaMatchesTheReference) {
+  PoolSpec spec;  // 8 kv heads, head_dim 128, block 64, turbo3
+  const int n = 32, q_heads = 32, topk = 2048;
+  std::vector<int32_t> lens(n);
+  std::uniform_int_distribution<int32_t> len(1, 4000);
+  for (int32_t& l : lens) l = len(rng_);
+  TestPool pool(spec, n * 63 + 10);
+  pool.FillSequences(rng_, lens);
+  const std::vector<int32_t> indices = RandomTopkRows(pool, topk, rng_);
+  const auto q = RandomBf16(rng_, size_t(n) * q_heads * 128, 2.0f);
+  std::vector<float> want(q.size(), kNan);
+  SparseDecodeParams ref{HostAttention(pool, q, want, q_heads, 0.0f), indices.data(), topk};
+  ASSERT_TRUE(SparseDecodeRef(ref).ok());
+  DevicePool dp(pool);
+  DeviceBuffer dq = Up(q), dout = Up(std::vector<float>(q.size(), kNan)), di = Up(indices);
+  CudaWorkspace ws;
+  SparseDecodeParams dev{DeviceAttention(ref.attn, pool, dp, dq, dout), di.get<int32_t>(), topk};
+  ASSERT_TRUE(SparseDecodeCuda(dev, ws, nullptr).ok());
+  ExpectClose(Down<float>(dout, q.size()), want, 3e-3, "32 sequences");
 }
 
 // --- indexer and top-k -------------------------------------------------------------------------
