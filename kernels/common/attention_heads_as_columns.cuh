@@ -8,8 +8,9 @@
 // are Sᵀ's C fragments transposed in registers (movmatrix), Vᵀ's A fragments are decoded exactly
 // like the B fragments of the other kernel (thread g: dims [g·D/8, (g+1)·D/8) of 4 positions).
 // Half the mma instructions and half the accumulators of the 16-row layout, so more warps fit.
-// A CTA covers two kv heads where the layer's count is even (KvHeadsPerCta): their rows sit side
-// by side in the cache, so it stages both with fewer L2 requests per byte than two CTAs would.
+// A CTA covers two kv heads where the layer's count is even and the positions are many enough
+// (TwoKvHeadsPerCta): their rows sit side by side in the cache, so it stages both with fewer L2
+// requests per byte than two CTAs would.
 #pragma once
 
 #include "kernels/common/attention_pipeline.cuh"
@@ -25,7 +26,7 @@ inline Plan HeadsAsColumnsPlan(int kv_heads_per_cta) {
   return plan;
 }
 
-// Four CTAs (16 warps) per SM for D <= 128, as many as 4 x 46 KB of shared memory allow (stages
+// Four CTAs (16 warps) per SM for D <= 128, as many as 4 x 42 KB of shared memory allow (stages
 // and the ring of row addresses): up to 128 registers. Warp w takes kv head w / kWarpsPerHead of
 // the CTA's kKvHeads and, of each staged chunk, the 16-position tile w % kWarpsPerHead.
 template <int kHeadDim, int kVBits, bool kSparse, int kKvHeads>

@@ -132,6 +132,7 @@ inline Plan PlanFor(const AttentionParams& p, const PartsKernel& k, int position
   Plan plan = k.heads_as_columns ? HeadsAsColumnsPlan(k.kv_heads_per_cta) : HeadsAsRowsPlan(p);
   const int chunk_positions = kChunk / plan.kv_heads_per_cta;
   const int chunks = (positions + chunk_positions - 1) / chunk_positions;
+  plan.chunks = chunks;
   // A CTA covering several head tiles stages each K/V chunk once for all of them; but when even
   // one chunk a CTA would leave SMs idle (a batch of one with 128 heads a kv head), CTAs of fewer
   // head tiles spread the work.
@@ -157,8 +158,7 @@ inline constexpr int kMinChunksForTwoKvHeads = 4;
 inline bool TwoKvHeadsPerCta(const AttentionParams& p, const PartsKernel& two, int positions) {
   if (p.cache.num_kv_heads % 2 != 0) return false;
   const Plan plan = PlanFor(p, two, positions);
-  const int chunks = (positions + kChunk / 2 - 1) / (kChunk / 2);
-  return (chunks + plan.splits - 1) / plan.splits >= kMinChunksForTwoKvHeads;
+  return (plan.chunks + plan.splits - 1) / plan.splits >= kMinChunksForTwoKvHeads;
 }
 
 // Calls f(kernel, IntConstant<head_dim>) for the kernel that serves p, or names what is missing.

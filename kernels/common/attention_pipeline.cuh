@@ -7,9 +7,10 @@
 // positions of one kv head or 32 of two) into shared memory with cp.async, three stages deep
 // (positions and block ids are loaded an iteration ahead, so a copy never waits on a dependent load
 // of the block table or of the top-k indices). A cache row holds a position's heads side by side,
-// so two kv heads a CTA read it in longer pieces: fewer L2 requests per byte (the L2 limits the
-// staging: it alone reaches 76% of copy bandwidth with one head a CTA), and fewer 32-byte sectors
-// that two CTAs both read for their parts of it (V rows of 48 bytes).
+// so two kv heads a CTA read it in longer pieces: fewer L2 requests per byte, and fewer 32-byte
+// sectors that two CTAs both read for their parts of it (V rows of 48 bytes). The L2 is what
+// limits the staging on an H200: alone, it streamed at 76% of copy bandwidth with one kv head a
+// CTA and padded K rows (the L2 at 90% of its throughput), at 88% with two and unpadded rows.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -90,6 +91,7 @@ struct Plan {
   int tiles_per_cta = 1;     // head tiles one CTA covers: 1, 2 or 4
   int kv_heads_per_cta = 1;  // 1 or 2 (then tiles_per_cta = 1)
   int splits = 1;            // CTAs along the positions
+  int chunks = 0;            // chunks of the longest sequence
   KVP_HD int warps_per_head_tile() const { return kWarps / tiles_per_cta; }
   KVP_HD int ctas_per_kv_head() const { return (head_tiles + tiles_per_cta - 1) / tiles_per_cta; }
   KVP_HD int parts() const { return splits; }  // the warps of a head tile merge in the CTA
