@@ -118,8 +118,8 @@ struct Stage {
   static constexpr int kKRow = kKvHeads * kKHead;
   static constexpr int kVRow = kKvHeads * kVHead;
   static constexpr int kSRow = kKvHeads * kSHead;
-  // Chunk c of K row r sits at chunk c ^ (r & kKSwizzle), within its head's part of the row: the
-  // eight rows g = lane / 4 a warp reads at the same column land on different banks.
+  // Chunk c of K row r sits at chunk c ^ (r & kKSwizzle), within its head's part of the row, so
+  // the 16-byte reads of a quarter warp (rows g and g + 1, four columns) fall on different banks.
   static constexpr int kKSwizzle = (kKHead / 16 < 8 ? kKHead / 16 : 8) - 1;
   // Where byte `byte` of staged K row first + r sits; `first` is a multiple of 8 (the first row of
   // a tile), so the permutation of a thread's bytes stays the same from tile to tile.
