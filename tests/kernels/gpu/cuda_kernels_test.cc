@@ -368,58 +368,52 @@ std::vector<int32_t> RandomTopkRows(const TestPool& pool, int topk, std::mt19937
   return indices;
 }
 
+// Four sequences (one of them short) and one sequence are planned with one kv head a CTA; 32
+// sequences of 8 kv heads give each CTA enough chunks to cover two.
 TEST_F(CudaKernelsTest, SparseDecodeMatchesTheReference) {
+  struct Case {
+    int q_heads, kv_heads;
+    KvFormat v_format;
+    std::vector<int32_t> lens;
+  };
+  std::vector<int32_t> many(32);
+  std::uniform_int_distribution<int32_t> len(1, 4000);
+  for (int32_t& l : many) l = len(rng_);
+  const Case cases[] = {{32, 8, KvFormat::kTurbo3, {5000, 700, 3000, 64}},
+                        {128, 1, KvFormat::kTurbo4, {5000, 700, 3000, 64}},
+                        {32, 8, KvFormat::kTurbo3, many}};
   CudaWorkspace ws;
-  for (int q_heads : {32, 128}) {
+  for (const Case& c : cases) {
+    const std::string what =
+        std::to_string(c.lens.size()) + " sequences, q_heads " + std::to_string(c.q_heads);
     PoolSpec spec;
-    spec.num_kv_heads = q_heads == 128 ? 1 : 8;
-    spec.v_format = q_heads == 128 ? KvFormat::kTurbo4 : KvFormat::kTurbo3;
-    TestPool pool(spec, 400);
-    pool.FillSequences(rng_, {5000, 700, 3000, 64});
-    const int n = 4, topk = 2048;
+    spec.num_kv_heads = c.kv_heads;
+    spec.v_format = c.v_format;
+    int64_t blocks = 10;
+    for (int32_t l : c.lens) blocks += BlocksForTokens(l, spec.block_size);
+    TestPool pool(spec, blocks);
+    pool.FillSequences(rng_, c.lens);
+    const int n = static_cast<int>(c.lens.size()), topk = 2048;
     const std::vector<int32_t> indices = RandomTopkRows(pool, topk, rng_);
-    const auto q = RandomBf16(rng_, size_t(n) * q_heads * 128, 2.0f);
+    const auto q = RandomBf16(rng_, size_t(n) * c.q_heads * 128, 2.0f);
     std::vector<float> want(q.size(), kNan);
-    SparseDecodeParams ref{HostAttention(pool, q, want, q_heads, 0.0f), indices.data(), topk};
+    SparseDecodeParams ref{HostAttention(pool, q, want, c.q_heads, 0.0f), indices.data(), topk};
     ASSERT_TRUE(SparseDecodeRef(ref).ok());
     DevicePool dp(pool);
     DeviceBuffer dq = Up(q), dout = Up(std::vector<float>(q.size(), kNan)), di = Up(indices);
     SparseDecodeParams dev{DeviceAttention(ref.attn, pool, dp, dq, dout), di.get<int32_t>(), topk};
     ASSERT_TRUE(SparseDecodeCuda(dev, ws, nullptr).ok());
-    ExpectClose(Down<float>(dout, q.size()), want, 3e-3, "q_heads " + std::to_string(q_heads));
+    ExpectClose(Down<float>(dout, q.size()), want, 3e-3, what);
     // The first sequence alone: a launch too small to fill the GPU, planned differently.
-    const size_t heads = size_t(q_heads) * 128;
+    const size_t heads = size_t(c.q_heads) * 128;
     DeviceBuffer dout1 = Up(std::vector<float>(heads, kNan));
     SparseDecodeParams one = dev;
     one.attn.num_seqs = 1;
     one.attn.out = dout1.get<float>();
     ASSERT_TRUE(SparseDecodeCuda(one, ws, nullptr).ok());
     ExpectClose(Down<float>(dout1, heads), std::vector<float>(want.begin(), want.begin() + heads),
-                3e-3, "one sequence, q_heads " + std::to_string(q_heads));
+                3e-3, "the first of " + what);
   }
-}
-
-// 32 sequences of 8 kv heads give each CTA enough chunks to cover two kv heads (four sequences
-// and one sequence above are planned with one kv head a CTA).
-TEST_F(CudaKernelsTest, SparseDecodeOfTwoKvHeadsPerCtaMatchesTheReference) {
-  PoolSpec spec;  // 8 kv heads, head_dim 128, block 64, turbo3
-  const int n = 32, q_heads = 32, topk = 2048;
-  std::vector<int32_t> lens(n);
-  std::uniform_int_distribution<int32_t> len(1, 4000);
-  for (int32_t& l : lens) l = len(rng_);
-  TestPool pool(spec, n * 63 + 10);
-  pool.FillSequences(rng_, lens);
-  const std::vector<int32_t> indices = RandomTopkRows(pool, topk, rng_);
-  const auto q = RandomBf16(rng_, size_t(n) * q_heads * 128, 2.0f);
-  std::vector<float> want(q.size(), kNan);
-  SparseDecodeParams ref{HostAttention(pool, q, want, q_heads, 0.0f), indices.data(), topk};
-  ASSERT_TRUE(SparseDecodeRef(ref).ok());
-  DevicePool dp(pool);
-  DeviceBuffer dq = Up(q), dout = Up(std::vector<float>(q.size(), kNan)), di = Up(indices);
-  CudaWorkspace ws;
-  SparseDecodeParams dev{DeviceAttention(ref.attn, pool, dp, dq, dout), di.get<int32_t>(), topk};
-  ASSERT_TRUE(SparseDecodeCuda(dev, ws, nullptr).ok());
-  ExpectClose(Down<float>(dout, q.size()), want, 3e-3, "32 sequences");
 }
 
 // --- indexer and top-k -------------------------------------------------------------------------
