@@ -20,13 +20,13 @@
 
 namespace kvp::attention {
 
-// The combining kernel: one CTA of kCombineWarps warps per (sequence, q head). Eight rather than
-// four: where a q head has many parts (128 for dense decode of one 131,072-token sequence), each
-// warp merges half as many, so half as many of its batches of loads wait one after another
+// The combining kernel: one CTA of CombineWarps(parts) warps per (sequence, q head). Where a q
+// head has many parts (128 for dense decode of one 131,072-token sequence), eight warps each merge
+// half as many as four would, so half as many of a warp's batches of loads wait one after another
 // (H200: dense decode at batch 1 75.6 -> 71.5 us, sparse decode 12.2 -> 11.3 us, the decode layer
-// 39.6 -> 38.5 us; 16 warps were faster still at batch 1 but slower at batch 32 and for 128 heads
-// at batch 128).
-inline constexpr int kCombineWarps = 8;
+// 39.6 -> 38.5 us); where it has few (two, in a decode step of 64 sequences) the extra warps only
+// cost. Sixteen were faster still at batch 1 but slower at batch 32.
+inline int CombineWarps(int parts) { return parts >= 16 ? 8 : 4; }
 
 // Merges the parts of one (sequence, q head), rotates back and writes out. Lane l of every warp
 // owns output elements [l·kPer, l·kPer + kPer). Warp w merges parts w, w + kCombineWarps, ... with
@@ -34,7 +34,7 @@ inline constexpr int kCombineWarps = 8;
 // pass over the parts' maxima comes first: the loads of several parts are in flight at once and
 // the kernel waits on global memory once. One barrier merges the warps the same way, and warp 0
 // applies the inverse Walsh-Hadamard rotation in registers and writes.
-template <int kHeadDim>
+template <int kHeadDim, int kCombineWarps>
 __global__ void __launch_bounds__(kCombineWarps * 32)
     AttentionCombineKernel(AttentionParams p, int parts_n, const float* parts) {
   constexpr int kRow = kRowFloats<kHeadDim>;
@@ -228,9 +228,12 @@ LaunchStatus LaunchAttention(const AttentionParams& p, const PositionSource& src
           // Failed, or the parts kernel wrote the outputs itself.
         } else {
           const dim3 heads(p.num_q_heads, p.num_seqs);
-          launched =
-              LaunchDependent(AttentionCombineKernel<kD>, heads, dim3(kCombineWarps * 32), 0,
-                              stream, false, p, plan.parts(), static_cast<const float*>(parts));
+          const float* parts_in = parts;
+          launched = CombineWarps(plan.parts()) == 8
+                         ? LaunchDependent(AttentionCombineKernel<kD, 8>, heads, dim3(8 * 32), 0,
+                                           stream, false, p, plan.parts(), parts_in)
+                         : LaunchDependent(AttentionCombineKernel<kD, 4>, heads, dim3(4 * 32), 0,
+                                           stream, false, p, plan.parts(), parts_in);
         }
         return LaunchStatus{launched, nullptr};
       });
