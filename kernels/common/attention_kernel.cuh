@@ -24,8 +24,9 @@ namespace kvp::attention {
 // head has many parts (128 for dense decode of one 131,072-token sequence), eight warps each merge
 // half as many as four would, so half as many of a warp's batches of loads wait one after another
 // (H200: dense decode at batch 1 75.6 -> 71.5 us, sparse decode 12.2 -> 11.3 us, the decode layer
-// 39.6 -> 38.5 us); where it has few (two, in a decode step of 64 sequences) the extra warps only
-// cost. Sixteen were faster still at batch 1 but slower at batch 32.
+// 39.6 -> 38.5 us); where it has few (two, in a decode step of 64 sequences) the extra warps have
+// nothing to merge (that step measured no faster with them: 14.89 ms of kernels against
+// 14.83-14.85 with four, on one host). Sixteen were faster still at batch 1 but slower at batch 32.
 inline int CombineWarps(int parts) { return parts >= 16 ? 8 : 4; }
 
 // Merges the parts of one (sequence, q head), rotates back and writes out. Lane l of every warp
