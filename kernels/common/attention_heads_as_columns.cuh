@@ -9,8 +9,8 @@
 // like the B fragments of the other kernel (thread g: dims [g·D/8, (g+1)·D/8) of 4 positions).
 // Half the mma instructions and half the accumulators of the 16-row layout, so more warps fit.
 // A CTA covers two kv heads where the layer's count is even and the positions are many enough
-// (TwoKvHeadsPerCta): their rows sit side by side in the cache, so it stages both with fewer L2
-// requests per byte than two CTAs would.
+// (kMinChunksForTwoKvHeads): their rows sit side by side in the cache, so it stages both with fewer
+// L2 requests per byte than two CTAs would.
 #pragma once
 
 #include "kernels/common/attention_pipeline.cuh"

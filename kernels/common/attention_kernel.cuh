@@ -142,12 +142,11 @@ inline Plan PlanFor(const AttentionParams& p, const PartsKernel& k, int position
   // A CTA covering several head tiles stages each K/V chunk once for all of them; but when even
   // one chunk a CTA would leave SMs idle (a batch of one with 128 heads a kv head), CTAs of fewer
   // head tiles spread the work.
-  const int kv_head_ctas = p.cache.num_kv_heads / plan.kv_heads_per_cta;
   while (plan.tiles_per_cta > 1 &&
-         int64_t{p.num_seqs} * kv_head_ctas * plan.ctas_per_kv_head() * chunks < SmCount()) {
+         int64_t{p.num_seqs} * plan.ctas_per_split(p.cache.num_kv_heads) * chunks < SmCount()) {
     plan.tiles_per_cta /= 2;
   }
-  const int base = p.num_seqs * kv_head_ctas * plan.ctas_per_kv_head();
+  const int base = p.num_seqs * plan.ctas_per_split(p.cache.num_kv_heads);
   plan.splits = ChooseSplits(base, chunks, k.resident * SmCount());
   return plan;
 }
@@ -160,15 +159,8 @@ inline Plan PlanFor(const AttentionParams& p, const PartsKernel& k, int position
 // 16 positions, measured slower than two everywhere on the H200.)
 inline constexpr int kMinChunksForTwoKvHeads = 4;
 
-// Whether p is served by heads-as-columns CTAs of two kv heads (`two`) rather than one.
-inline bool TwoKvHeadsPerCta(const AttentionParams& p, const PartsKernel& two, int positions) {
-  if (p.cache.num_kv_heads % 2 != 0) return false;
-  const Plan plan = PlanFor(p, two, positions);
-  return (plan.chunks + plan.splits - 1) / plan.splits >= kMinChunksForTwoKvHeads;
-}
-
-// Calls f(kernel, IntConstant<head_dim>) for the kernel that serves p, or names what is missing.
-// `positions` bounds a sequence's positions (max_seq_len, or topk).
+// Calls f(kernel, its plan, IntConstant<head_dim>) for the kernel that serves p, or names what is
+// missing. `positions` bounds a sequence's positions (max_seq_len, or topk).
 template <bool kSparse, class F>
 LaunchStatus WithPartsKernel(const AttentionParams& p, int positions, F&& f) {
   const LayerCache& c = p.cache;
@@ -177,11 +169,19 @@ LaunchStatus WithPartsKernel(const AttentionParams& p, int positions, F&& f) {
   const bool columns = p.num_q_heads / c.num_kv_heads <= kMaxColumnHeads;
   auto with_bits = [&](auto head_dim, auto bits) -> LaunchStatus {
     constexpr int kD = decltype(head_dim)::value, kBits = decltype(bits)::value;
-    if (!columns) return f(PartsKernelFor<kD, kBits, kSparse, false, 1>(), head_dim);
-    const PartsKernel& two = PartsKernelFor<kD, kBits, kSparse, true, 2>();
-    return TwoKvHeadsPerCta(p, two, positions)
-               ? f(two, head_dim)
-               : f(PartsKernelFor<kD, kBits, kSparse, true, 1>(), head_dim);
+    if (!columns) {
+      const PartsKernel& rows = PartsKernelFor<kD, kBits, kSparse, false, 1>();
+      return f(rows, PlanFor(p, rows, positions), head_dim);
+    }
+    if (c.num_kv_heads % 2 == 0) {
+      const PartsKernel& two = PartsKernelFor<kD, kBits, kSparse, true, 2>();
+      const Plan plan = PlanFor(p, two, positions);
+      if ((plan.chunks + plan.splits - 1) / plan.splits >= kMinChunksForTwoKvHeads) {
+        return f(two, plan, head_dim);
+      }
+    }
+    const PartsKernel& one = PartsKernelFor<kD, kBits, kSparse, true, 1>();
+    return f(one, PlanFor(p, one, positions), head_dim);
   };
   auto with_dim = [&](auto head_dim) -> LaunchStatus {
     switch (c.v_codec.format) {
@@ -211,18 +211,15 @@ template <bool kSparse>
 LaunchStatus LaunchAttention(const AttentionParams& p, const PositionSource& src, int positions,
                              void* workspace, size_t workspace_bytes, cudaStream_t stream) {
   return WithPartsKernel<kSparse>(
-      p, positions, [&](const PartsKernel& k, auto head_dim) -> LaunchStatus {
+      p, positions, [&](const PartsKernel& k, const Plan& plan, auto head_dim) -> LaunchStatus {
         constexpr int kD = decltype(head_dim)::value;
         if (k.setup != cudaSuccess) return LaunchStatus{k.setup, nullptr};
         if (p.num_seqs == 0) return {};
-        Plan plan = PlanFor(p, k, positions);
         if (workspace_bytes < PartialBytes(p, plan)) {
           return LaunchStatus{cudaErrorInvalidValue, nullptr};
         }
         float* parts = static_cast<float*>(workspace);
-        const dim3 grid(plan.splits,
-                        p.cache.num_kv_heads / plan.kv_heads_per_cta * plan.ctas_per_kv_head(),
-                        p.num_seqs);
+        const dim3 grid(plan.splits, plan.ctas_per_split(p.cache.num_kv_heads), p.num_seqs);
         cudaError_t launched = LaunchDependent(k.kernel, grid, dim3(kWarps * 32), k.shared_bytes,
                                                stream, false, p, src, plan, parts);
         if (launched != cudaSuccess || (plan.parts() == 1 && k.heads_as_columns)) {
@@ -243,10 +240,11 @@ LaunchStatus LaunchAttention(const AttentionParams& p, const PositionSource& src
 template <bool kSparse>
 size_t AttentionWorkspaceBytes(const AttentionParams& p, int positions) {
   size_t bytes = 0;
-  WithPartsKernel<kSparse>(p, positions, [&](const PartsKernel& k, auto) -> LaunchStatus {
-    bytes = PartialBytes(p, PlanFor(p, k, positions));
-    return {};
-  });
+  WithPartsKernel<kSparse>(p, positions,
+                           [&](const PartsKernel&, const Plan& plan, auto) -> LaunchStatus {
+                             bytes = PartialBytes(p, plan);
+                             return {};
+                           });
   return bytes;
 }
 

@@ -94,12 +94,25 @@ struct Plan {
   int chunks = 0;            // chunks of the longest sequence
   KVP_HD int warps_per_head_tile() const { return kWarps / tiles_per_cta; }
   KVP_HD int ctas_per_kv_head() const { return (head_tiles + tiles_per_cta - 1) / tiles_per_cta; }
+  // CTAs covering one split of a sequence's positions: the grid's y.
+  KVP_HD int ctas_per_split(int num_kv_heads) const {
+    return num_kv_heads / kv_heads_per_cta * ctas_per_kv_head();
+  }
   KVP_HD int parts() const { return splits; }  // the warps of a head tile merge in the CTA
 };
 
 // Partial results: [num_seqs, num_q_heads, parts, D + 2] floats = (max in log2 units, sum, acc[D]).
 inline size_t PartialBytes(const AttentionParams& p, const Plan& plan) {
   return size_t(p.num_seqs) * p.num_q_heads * plan.parts() * (p.cache.head_dim + 2) * sizeof(float);
+}
+
+// Where byte `byte` of row first + r sits in rows of kRow bytes whose 16-byte chunks are permuted
+// by row: chunk c of row i at chunk c ^ (i & kSwizzle) (kSwizzle = 0: not permuted). `first` is a
+// multiple of kSwizzle + 1 (the first row of a tile), so a thread's permutation is the same from
+// tile to tile.
+template <int kRow, int kSwizzle>
+KVP_HD int PermutedRowByte(int first, int r, int byte) {
+  return (first + r) * kRow + (byte ^ ((r & kSwizzle) << 4));
 }
 
 // Shared-memory layout of one pipeline stage of kKvHeads kv heads: per position a K row, a V code
@@ -121,10 +134,9 @@ struct Stage {
   // Chunk c of K row r sits at chunk c ^ (r & kKSwizzle), within its head's part of the row, so
   // the 16-byte reads of a quarter warp (rows g and g + 1, four columns) fall on different banks.
   static constexpr int kKSwizzle = (kKHead / 16 < 8 ? kKHead / 16 : 8) - 1;
-  // Where byte `byte` of staged K row first + r sits; `first` is a multiple of 8 (the first row of
-  // a tile), so the permutation of a thread's bytes stays the same from tile to tile.
+  // Where byte `byte` of staged K row first + r sits; `first` is a multiple of 8.
   KVP_HD static int KByte(int first, int r, int byte) {
-    return (first + r) * kKRow + (byte ^ ((r & kKSwizzle) << 4));
+    return PermutedRowByte<kKRow, kKSwizzle>(first, r, byte);
   }
   static constexpr int kKBytes = kPositions * kKRow;
   static constexpr int kVBytes = kPositions * kVRow;
@@ -408,7 +420,7 @@ class ChunkStream {
   }
 
   // Copies each position's row of kBytes to dst rows of as many bytes, kPiece bytes per copy, the
-  // pieces of row i permuted by XOR with i & kSwizzle (16-byte pieces). Thread t copies piece
+  // pieces of each row permuted as PermutedRowByte says (16-byte pieces). Thread t copies piece
   // t % kPieces of positions t / kPieces + r · kPerPass, so all but the row address is fixed per
   // thread.
   template <int kPiece, int kBytes, int kSwizzle>
@@ -426,7 +438,7 @@ class ChunkStream {
       if (kPositions % kPerPass != 0 && i >= kPositions) break;
       const uintptr_t row = rows[i];
       const uint32_t masked = static_cast<uint32_t>(row) & 1u;
-      cp_async::CopyOrZero<kPiece>(dst + i * kBytes + (piece_offset ^ ((i & kSwizzle) << 4)),
+      cp_async::CopyOrZero<kPiece>(dst + PermutedRowByte<kBytes, kSwizzle>(0, i, piece_offset),
                                    reinterpret_cast<const uint8_t*>(row) + (piece_offset - masked),
                                    masked == 0);
     }
