@@ -12,6 +12,66 @@
 
 namespace kvp::attention {
 
+// The online softmax of one warp's 16 heads over 8·kEighths positions (16 or 32). s[h] holds
+// S = Q·Kᵀ (unscaled) for positions 8h.. as a C fragment: s[h][0..1] = (head g, positions
+// 8h + 2t, + 1), s[h][2..3] = head g + 8. Masked positions (slot -1) get no weight; rows 0/1 say
+// whether heads g and g + 8 are real. Folds the positions into the running maximum m and sum l
+// (rows g, g + 8), rescales acc, and writes P as the A fragments of P·V, one per 16 positions.
+// Returns false when sparse-V skips their values (SkipsValues).
+template <int kEighths, int kFragments>
+__device__ __forceinline__ bool TileSoftmax(const float (&s)[kEighths][4], const int32_t* slots,
+                                            float qk_scale, bool row0, bool row1, float tau,
+                                            uint32_t* skipped_tiles, float (&m)[2], float (&l)[2],
+                                            float (&acc)[kFragments][4],
+                                            uint32_t (&pa)[kEighths / 2][4]) {
+  static_assert(kEighths % 2 == 0);
+  const int t = threadIdx.x % 4;
+  float sc[kEighths][4];
+  float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+  for (int h = 0; h < kEighths; ++h) {
+    const bool v0 = slots[h * 8 + 2 * t] >= 0;
+    const bool v1 = slots[h * 8 + 2 * t + 1] >= 0;
+    sc[h][0] = v0 ? s[h][0] * qk_scale : -INFINITY;
+    sc[h][1] = v1 ? s[h][1] * qk_scale : -INFINITY;
+    sc[h][2] = v0 ? s[h][2] * qk_scale : -INFINITY;
+    sc[h][3] = v1 ? s[h][3] * qk_scale : -INFINITY;
+    tile_max[0] = fmaxf(tile_max[0], fmaxf(sc[h][0], sc[h][1]));
+    tile_max[1] = fmaxf(tile_max[1], fmaxf(sc[h][2], sc[h][3]));
+  }
+  float factor[2], m_use[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xFFFFFFFFu, tile_max[r], 1));
+    tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xFFFFFFFFu, tile_max[r], 2));
+    factor[r] = FoldTileMax(m[r], tile_max[r], &m_use[r]);
+  }
+  float pr[kEighths][4];
+  bool needed = false;
+  l[0] *= factor[0];
+  l[1] *= factor[1];
+#pragma unroll
+  for (int h = 0; h < kEighths; ++h) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      pr[h][i] = Exp2Ftz(sc[h][i] - m_use[i / 2]);
+      needed |= (i < 2 ? row0 : row1) && pr[h][i] > tau;
+    }
+    l[0] = l[0] + pr[h][0] + pr[h][1];
+    l[1] = l[1] + pr[h][2] + pr[h][3];
+  }
+  RescaleIfMaxMoved(acc, {factor[0], factor[0], factor[1], factor[1]});  // rows g, g + 8
+  if (SkipsValues(tau, needed, skipped_tiles, kEighths / 2)) return false;
+#pragma unroll
+  for (int k = 0; k < kEighths / 2; ++k) {
+    pa[k][0] = mma::PackHalf2(pr[2 * k][0], pr[2 * k][1]);
+    pa[k][1] = mma::PackHalf2(pr[2 * k][2], pr[2 * k][3]);
+    pa[k][2] = mma::PackHalf2(pr[2 * k + 1][0], pr[2 * k + 1][1]);
+    pa[k][3] = mma::PackHalf2(pr[2 * k + 1][2], pr[2 * k + 1][3]);
+  }
+  return true;
+}
+
 // Head tiles of 16; a CTA takes up to 4 of them.
 inline Plan HeadsAsRowsPlan(const AttentionParams& p) {
   Plan plan;
@@ -21,136 +81,48 @@ inline Plan HeadsAsRowsPlan(const AttentionParams& p) {
   return plan;
 }
 
-template <int kHeadDim, int kVBits, bool kSparse>
-__global__ void __launch_bounds__(kWarps * 32)
-    HeadsAsRowsKernel(AttentionParams p, PositionSource src, Plan plan, float* parts) {
-  using St = Stage<kHeadDim, kVBits, 1>;
-  constexpr int kSteps = kHeadDim / 16;  // k-steps of Q·Kᵀ
-  constexpr int kNTiles = kHeadDim / 8;  // n-tiles of P·V; also V dims per thread
-  extern __shared__ __align__(16) uint8_t smem[];
-  const __half2* pair_levels = StartPartsKernel<kHeadDim, kVBits, 1>(smem);
+// Which q heads a warp of a heads-as-rows CTA holds (the rows of its fragments) and which of a
+// chunk's 16-position tiles it takes. The grid is (split, kv head x its CTAs, sequence).
+struct HeadTileOfWarp {
+  int seq = 0, kv_head = 0, group = 0;
+  int first_local = 0;     // the CTA's first q head within its kv head
+  int sub = 0;             // the warp takes tiles sub, sub + warps_per_tile, ... of each chunk
+  int warps_per_tile = 1;  // warps sharing the head tile
+  bool real = false;       // the head tile exists (a CTA's last may be padding)
+  bool row0 = false, row1 = false;  // heads of rows g, g + 8 exist
+  int64_t q_head0 = 0;              // row g's q head in p.q (row g + 8: q_head0 + 8)
 
+  __device__ static HeadTileOfWarp Of(const AttentionParams& p, const Plan& plan, int warp) {
+    HeadTileOfWarp w;
+    const int g = threadIdx.x % 32 / 4;
+    const int ctas_per_kv = plan.ctas_per_kv_head();
+    w.seq = blockIdx.z;
+    w.kv_head = blockIdx.y / ctas_per_kv;
+    w.group = p.num_q_heads / p.cache.num_kv_heads;
+    w.first_local = (blockIdx.y % ctas_per_kv) * plan.tiles_per_cta * 16;
+    w.warps_per_tile = plan.warps_per_head_tile();
+    w.sub = warp % w.warps_per_tile;
+    const int head_tile = w.first_local / 16 + warp / w.warps_per_tile;
+    const int local0 = head_tile * 16 + g;
+    w.real = head_tile < plan.head_tiles;
+    w.row0 = w.real && local0 < w.group;
+    w.row1 = w.real && local0 + 8 < w.group;
+    w.q_head0 = int64_t{w.seq} * p.num_q_heads + w.kv_head * w.group + local0;
+    return w;
+  }
+};
+
+// After the last chunk: finishes each row's sum across its quad, then merges the warps of each
+// head tile through shared memory (the stages, ring and level pairs are free now) into one part
+// per CTA: fewer parts for the combining kernel to read. dim_of(j, n) is the dim of column n of
+// the accumulators' n-tile j.
+template <int kHeadDim, int kNTiles, class DimOf>
+__device__ __forceinline__ void FinishHeadTiles(const AttentionParams& p, const Plan& plan,
+                                                const HeadTileOfWarp& w, const float (&m)[2],
+                                                float (&l)[2], const float (&acc)[kNTiles][4],
+                                                DimOf&& dim_of, uint8_t* smem, float* parts) {
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
-  const int split = blockIdx.x;
-  const int ctas_per_kv = plan.ctas_per_kv_head();
-  const int kv_head = blockIdx.y / ctas_per_kv;
-  const int wpt = plan.warps_per_head_tile();
-  const int head_tile = (blockIdx.y % ctas_per_kv) * plan.tiles_per_cta + warp / wpt;
-  const int sub = warp % wpt;
-  const int seq = blockIdx.z;
-  const int group = p.num_q_heads / p.cache.num_kv_heads;
-
-  // Q fragments of this warp's 16 heads (rows g and g + 8), dims permuted as in mma.cuh.
-  const int local0 = head_tile * 16 + g, local1 = local0 + 8;
-  const bool row0 = head_tile < plan.head_tiles && local0 < group;
-  const bool row1 = head_tile < plan.head_tiles && local1 < group;
-  const int qh0 = kv_head * group + local0, qh1 = kv_head * group + local1;
-  uint32_t qa[kSteps][4];
-  {
-    const uint16_t* q0 =
-        reinterpret_cast<const uint16_t*>(p.q) + (int64_t{seq} * p.num_q_heads + qh0) * kHeadDim;
-    const uint16_t* q1 =
-        reinterpret_cast<const uint16_t*>(p.q) + (int64_t{seq} * p.num_q_heads + qh1) * kHeadDim;
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      const int d = t * (kHeadDim / 4) + 4 * s;
-      qa[s][0] = qa[s][1] = qa[s][2] = qa[s][3] = 0u;
-      if (row0) mma::Bf16x4ToHalf2x2(q0 + d, &qa[s][0], &qa[s][2]);
-      if (row1) mma::Bf16x4ToHalf2x2(q1 + d, &qa[s][1], &qa[s][3]);
-    }
-  }
-  const float qk_scale = p.softmax_scale * p.cache.k_codec.scale * kLog2e;
-  const float tau = p.sparse_v_threshold;
-
-  float m[2] = {-INFINITY, -INFINITY};  // running max (log2 units), rows g and g + 8
-  float l[2] = {0.0f, 0.0f};            // this thread's share of the running sum
-  float acc[kNTiles][4];
-#pragma unroll
-  for (int j = 0; j < kNTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
-
-  ChunkStream<kHeadDim, kVBits, kSparse, 1> stream(p, src, plan.splits, split, seq, kv_head, smem);
-  stream.ForEach([&](const St& st) {
-    if (head_tile >= plan.head_tiles) return;
-    for (int tile = sub; tile < St::kPositions / kTile; tile += wpt) {
-      const int base = tile * kTile;
-      // S = Q·Kᵀ for tokens g (half 0) and 8 + g (half 1).
-      // Two accumulators per half (even and odd k-steps) halve the dependent mma chain.
-      float s_acc[2][4], s_odd[2][4];
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s_acc[h][i] = s_odd[h][i] = 0.0f;
-#pragma unroll
-        for (int s = 0; s < kSteps; s += 4) {
-          const uint4 w = *reinterpret_cast<const uint4*>(
-              st.k + St::KByte(base, h * 8 + g, t * (kHeadDim / 4) + 4 * s));
-          const uint32_t kw[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-          for (int q = 0; q < 4; ++q) {
-            uint32_t b0, b1;
-            mma::E4m3x4ToHalf2x2(kw[q], &b0, &b1);
-            mma::MmaF16(q % 2 ? s_odd[h] : s_acc[h], qa[s + q], b0, b1);
-          }
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) s_acc[h][i] += s_odd[h][i];
-      }
-      // Online softmax over the tile: columns 2t, 2t + 1 of each half.
-      float sc[2][4];
-      float tile_max[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const bool v0 = st.slots[base + h * 8 + 2 * t] >= 0;
-        const bool v1 = st.slots[base + h * 8 + 2 * t + 1] >= 0;
-        sc[h][0] = v0 ? s_acc[h][0] * qk_scale : -INFINITY;
-        sc[h][1] = v1 ? s_acc[h][1] * qk_scale : -INFINITY;
-        sc[h][2] = v0 ? s_acc[h][2] * qk_scale : -INFINITY;
-        sc[h][3] = v1 ? s_acc[h][3] * qk_scale : -INFINITY;
-        tile_max[0] = fmaxf(tile_max[0], fmaxf(sc[h][0], sc[h][1]));
-        tile_max[1] = fmaxf(tile_max[1], fmaxf(sc[h][2], sc[h][3]));
-      }
-      float factor[2], m_use[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xFFFFFFFFu, tile_max[r], 1));
-        tile_max[r] = fmaxf(tile_max[r], __shfl_xor_sync(0xFFFFFFFFu, tile_max[r], 2));
-        factor[r] = FoldTileMax(m[r], tile_max[r], &m_use[r]);
-      }
-      float pr[2][4];
-      bool needed = false;
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-          pr[h][i] = Exp2Ftz(sc[h][i] - m_use[i / 2]);
-          needed |= (i < 2 ? row0 : row1) && pr[h][i] > tau;
-        }
-      }
-      l[0] = l[0] * factor[0] + pr[0][0] + pr[0][1] + pr[1][0] + pr[1][1];
-      l[1] = l[1] * factor[1] + pr[0][2] + pr[0][3] + pr[1][2] + pr[1][3];
-      RescaleIfMaxMoved(acc, {factor[0], factor[0], factor[1], factor[1]});  // rows g, g + 8
-      if (SkipsValues(tau, needed, p.skipped_tiles)) continue;
-      const uint32_t pa[4] = {
-          mma::PackHalf2(pr[0][0], pr[0][1]), mma::PackHalf2(pr[0][2], pr[0][3]),
-          mma::PackHalf2(pr[1][0], pr[1][1]), mma::PackHalf2(pr[1][2], pr[1][3])};
-      // V of tokens 2t, 2t + 1 (B rows k = 0, 1) and 8 + 2t, 9 + 2t (k = 8, 9), dims [g·D/8,
-      // (g+1)·D/8).
-      uint32_t vb[2][kNTiles];
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const int i = base + half * 8 + 2 * t;
-        DecodeValuePair<kHeadDim, kVBits>(st.v + i * St::kVRow, st.s + i * St::kSRow, St::kVRow,
-                                          St::kSRow, g, pair_levels, vb[half]);
-      }
-#pragma unroll
-      for (int j = 0; j < kNTiles; ++j) mma::MmaF16(acc[j], pa, vb[0][j], vb[1][j]);
-    }
-  });
-
-  // Finish the sums across the quad, then merge the warps of each head tile through shared memory
-  // (the stages, ring and level pairs are free now) into one part per CTA: fewer parts for the
-  // combining kernel to read.
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     l[r] += __shfl_xor_sync(0xFFFFFFFFu, l[r], 1);
@@ -167,17 +139,103 @@ __global__ void __launch_bounds__(kWarps * 32)
       row[0] = m[r];
       row[1] = l[r];
     }
-    // B column n of n-tile j is dim n·D/8 + j.
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) {
-      row[2 + (2 * t) * kNTiles + j] = acc[j][2 * r];
-      row[2 + (2 * t + 1) * kNTiles + j] = acc[j][2 * r + 1];
+      row[2 + dim_of(j, 2 * t)] = acc[j][2 * r];
+      row[2 + dim_of(j, 2 * t + 1)] = acc[j][2 * r + 1];
     }
   }
   __syncthreads();
-  WriteParts<kHeadDim, 16>(merge, plan.tiles_per_cta, wpt,
-                           (blockIdx.y % ctas_per_kv) * plan.tiles_per_cta * 16, group, parts,
-                           int64_t{seq} * p.num_q_heads + kv_head * group, plan.parts(), split);
+  WriteParts<kHeadDim, 16>(merge, plan.tiles_per_cta, w.warps_per_tile, w.first_local, w.group,
+                           parts, int64_t{w.seq} * p.num_q_heads + w.kv_head * w.group,
+                           plan.parts(), blockIdx.x);
+}
+
+template <int kHeadDim, int kVBits, bool kSparse>
+__global__ void __launch_bounds__(kWarps * 32)
+    HeadsAsRowsKernel(AttentionParams p, PositionSource src, Plan plan, float* parts) {
+  using St = Stage<kHeadDim, kVBits, 1>;
+  constexpr int kSteps = kHeadDim / 16;  // k-steps of Q·Kᵀ
+  constexpr int kNTiles = kHeadDim / 8;  // n-tiles of P·V; also V dims per thread
+  extern __shared__ __align__(16) uint8_t smem[];
+  const __half2* pair_levels = StartPartsKernel<kHeadDim, kVBits, 1>(smem);
+
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int g = lane / 4, t = lane % 4;
+  const HeadTileOfWarp w = HeadTileOfWarp::Of(p, plan, warp);
+
+  // Q fragments of this warp's 16 heads (rows g and g + 8), dims permuted as in mma.cuh.
+  uint32_t qa[kSteps][4];
+  {
+    const uint16_t* q0 = reinterpret_cast<const uint16_t*>(p.q) + w.q_head0 * kHeadDim;
+    const uint16_t* q1 = q0 + 8 * kHeadDim;
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      const int d = t * (kHeadDim / 4) + 4 * s;
+      qa[s][0] = qa[s][1] = qa[s][2] = qa[s][3] = 0u;
+      if (w.row0) mma::Bf16x4ToHalf2x2(q0 + d, &qa[s][0], &qa[s][2]);
+      if (w.row1) mma::Bf16x4ToHalf2x2(q1 + d, &qa[s][1], &qa[s][3]);
+    }
+  }
+  const float qk_scale = p.softmax_scale * p.cache.k_codec.scale * kLog2e;
+  const float tau = p.sparse_v_threshold;
+
+  float m[2] = {-INFINITY, -INFINITY};  // running max (log2 units), rows g and g + 8
+  float l[2] = {0.0f, 0.0f};            // this thread's share of the running sum
+  float acc[kNTiles][4];
+#pragma unroll
+  for (int j = 0; j < kNTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+
+  ChunkStream<kHeadDim, kVBits, kSparse, 1> stream(p, src, plan.splits, blockIdx.x, w.seq,
+                                                   w.kv_head, smem);
+  stream.ForEach([&](const St& st) {
+    if (!w.real) return;
+    for (int tile = w.sub; tile < St::kPositions / kTile; tile += w.warps_per_tile) {
+      const int base = tile * kTile;
+      // S = Q·Kᵀ for tokens g (half 0) and 8 + g (half 1).
+      // Two accumulators per half (even and odd k-steps) halve the dependent mma chain.
+      float s_acc[2][4], s_odd[2][4];
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s_acc[h][i] = s_odd[h][i] = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kSteps; s += 4) {
+          const uint4 k16 = *reinterpret_cast<const uint4*>(
+              st.k + St::KByte(base, h * 8 + g, t * (kHeadDim / 4) + 4 * s));
+          const uint32_t kw[4] = {k16.x, k16.y, k16.z, k16.w};
+#pragma unroll
+          for (int q = 0; q < 4; ++q) {
+            uint32_t b0, b1;
+            mma::E4m3x4ToHalf2x2(kw[q], &b0, &b1);
+            mma::MmaF16(q % 2 ? s_odd[h] : s_acc[h], qa[s + q], b0, b1);
+          }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s_acc[h][i] += s_odd[h][i];
+      }
+      uint32_t pa[1][4];
+      if (!TileSoftmax(s_acc, st.slots + base, qk_scale, w.row0, w.row1, tau, p.skipped_tiles, m, l,
+                       acc, pa)) {
+        continue;
+      }
+      // V of tokens 2t, 2t + 1 (B rows k = 0, 1) and 8 + 2t, 9 + 2t (k = 8, 9), dims [g·D/8,
+      // (g+1)·D/8).
+      uint32_t vb[2][kNTiles];
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const int i = base + half * 8 + 2 * t;
+        DecodeValuePair<kHeadDim, kVBits>(st.v + i * St::kVRow, st.s + i * St::kSRow, St::kVRow,
+                                          St::kSRow, g, pair_levels, vb[half]);
+      }
+#pragma unroll
+      for (int j = 0; j < kNTiles; ++j) mma::MmaF16(acc[j], pa[0], vb[0][j], vb[1][j]);
+    }
+  });
+
+  // B column n of n-tile j is dim n·D/8 + j.
+  FinishHeadTiles<kHeadDim, kNTiles>(
+      p, plan, w, m, l, acc, [](int j, int n) { return n * kNTiles + j; }, smem, parts);
 }
 
 }  // namespace kvp::attention

@@ -66,11 +66,14 @@ __device__ __forceinline__ void RescaleIfMaxMoved(float (&acc)[kFragments][4],
   }
 }
 
-// Sparse-V: whether a warp's tile adds no V because every weight of a real head in it is <= τ
-// (`needed` is false in every lane); τ = 0 never skips. Counts the skipped tile when asked to.
-__device__ __forceinline__ bool SkipsValues(float tau, bool needed, uint32_t* skipped_tiles) {
+// Sparse-V: whether a warp's `tiles` 16-position tiles add no V because every weight of a real
+// head in them is <= τ (`needed` is false in every lane); τ = 0 never skips. Counts the skipped
+// tiles when asked to.
+__device__ __forceinline__ bool SkipsValues(float tau, bool needed, uint32_t* skipped_tiles,
+                                            int tiles = 1) {
   if (tau <= 0.0f || __any_sync(0xFFFFFFFFu, needed)) return false;
-  if (skipped_tiles != nullptr && threadIdx.x % 32 == 0) atomicAdd(skipped_tiles, 1u);
+  if (skipped_tiles != nullptr && threadIdx.x % 32 == 0)
+    atomicAdd(skipped_tiles, static_cast<uint32_t>(tiles));
   return true;
 }
 
@@ -318,8 +321,8 @@ class ChunkStream {
     chunk_end_ = min(chunks, chunk_begin_ + per_split);
   }
 
-  // Calls consume(stage) with every thread for each chunk of the CTA, once it has landed. The
-  // stage stays valid until consume returns; it must not call __syncthreads.
+  // Calls consume(stage) with every thread for each chunk of the CTA, once it has landed (so it may
+  // call __syncthreads). The stage stays valid until consume returns.
   template <class Consume>
   __device__ __forceinline__ void ForEach(Consume&& consume) {
     const bool loader = threadIdx.x < kPositions;

@@ -21,6 +21,26 @@ __device__ __forceinline__ void MmaF16(float* c, const uint32_t* a, uint32_t b0,
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// Four 8x8 matrices of 16-bit elements from shared memory (ldmatrix): lane l gives the address
+// of row l % 8 of matrix l / 8 (16 contiguous bytes) and receives x[i] = row l / 4, columns
+// 2(l % 4), 2(l % 4) + 1 of matrix i: a B fragment half of m16n8k16 when a matrix's rows are the
+// n index and its columns the k index.
+__device__ __forceinline__ void LoadMatrices(const void* row, uint32_t (&x)[4]) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+               : "r"(address));
+}
+
+// The same, each matrix transposed: x[i] = column l / 4, rows 2(l % 4), 2(l % 4) + 1 of matrix
+// i: a B fragment half when a matrix's rows are the k index and its columns the n index.
+__device__ __forceinline__ void LoadMatricesTransposed(const void* row, uint32_t (&x)[4]) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(x[0]), "=r"(x[1]), "=r"(x[2]), "=r"(x[3])
+               : "r"(address));
+}
+
 // Two E4M3 bytes (low byte = lower k) to two f16, exactly.
 __device__ __forceinline__ uint32_t E4m3x2ToHalf2(uint32_t two_bytes) {
   const __half2_raw h =
@@ -53,6 +73,11 @@ __device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
 // bf16 bits to f16 (through float; exact for bf16 values inside f16's normal range).
 __device__ __forceinline__ uint32_t Bf16PairToHalf2(uint16_t lo, uint16_t hi) {
   return PackHalf2(__uint_as_float(uint32_t{lo} << 16), __uint_as_float(uint32_t{hi} << 16));
+}
+
+// Two bf16 in one word (the lower element in the low half) as an f16 pair.
+__device__ __forceinline__ uint32_t Bf16x2ToHalf2(uint32_t two) {
+  return PackHalf2(__uint_as_float(two << 16), __uint_as_float(two & 0xFFFF0000u));
 }
 
 // Four consecutive bf16 at `p` (8-byte aligned) as two f16 pairs: (p[0], p[1]) and (p[2], p[3]).

@@ -257,11 +257,21 @@ AttentionParams DeviceAttention(const AttentionParams& host, TestPool& pool, Dev
 
 TEST_F(CudaKernelsTest, PagedDecodeMatchesTheReference) {
   const AttentionCase cases[] = {
-      {128, 8, 32, 64, KvFormat::kTurbo3, 0},        {128, 2, 8, 16, KvFormat::kTurbo4, 0},
-      {64, 4, 4, 32, KvFormat::kTurbo2, 0},          {256, 1, 16, 64, KvFormat::kTurbo3, 0},
-      {128, 4, 8, 64, KvFormat::kTurbo3, 300},       {128, 2, 20, 16, KvFormat::kTurbo2, 0},
-      {128, 4, 16, 32, KvFormat::kTurbo4, 0, false}, {128, 2, 16, 64, KvFormat::kTurbo3, 100},
-      {256, 2, 16, 16, KvFormat::kTurbo4, 0},        {64, 1, 8, 64, KvFormat::kTurbo3, 0},
+      {128, 8, 32, 64, KvFormat::kTurbo3, 0},
+      {128, 2, 8, 16, KvFormat::kTurbo4, 0},
+      {64, 4, 4, 32, KvFormat::kTurbo2, 0},
+      {256, 1, 16, 64, KvFormat::kTurbo3, 0},
+      {128, 4, 8, 64, KvFormat::kTurbo3, 300},
+      {128, 2, 20, 16, KvFormat::kTurbo2, 0},
+      {128, 4, 16, 32, KvFormat::kTurbo4, 0, false},
+      {128, 2, 16, 64, KvFormat::kTurbo3, 100},
+      {256, 2, 16, 16, KvFormat::kTurbo4, 0},
+      {64, 1, 8, 64, KvFormat::kTurbo3, 0},
+      // Several head tiles a kv head: CTAs that decode each chunk once for all of them.
+      {64, 1, 64, 16, KvFormat::kTurbo2, 0},
+      {256, 1, 64, 32, KvFormat::kTurbo4, 0},
+      {128, 2, 40, 64, KvFormat::kTurbo3, 300},
+      {128, 1, 128, 64, KvFormat::kTurbo3, 0, false},
   };
   CudaWorkspace ws;
   for (const AttentionCase& c : cases) {
@@ -316,37 +326,42 @@ TEST_F(CudaKernelsTest, PagedDecodeOfAWholeGpuBatchMatchesTheReference) {
   ExpectClose(Down<float>(dout, q.size()), want, 3e-3, "320 sequences");
 }
 
+// Checked for 4 q heads a kv head (heads as columns) and 32 (heads as rows, decoded once a CTA).
 TEST_F(CudaKernelsTest, SparseVThresholdStaysWithinItsBound) {
   PoolSpec spec;
   spec.num_kv_heads = 2;
   TestPool pool(spec, 300);
   pool.FillSequences(rng_, {8000, 3000});
-  const auto q = RandomBf16(rng_, 2 * 8 * 128, 3.0f);  // peaked attention
   DevicePool dp(pool);
-  DeviceBuffer dq = Up(q), dense_out = Up(std::vector<float>(q.size(), kNan));
-  std::vector<float> host_out(q.size());
   CudaWorkspace ws;
-  PagedDecodeParams dense{
-      DeviceAttention(HostAttention(pool, q, host_out, 8, 0.0f), pool, dp, dq, dense_out), 0};
-  ASSERT_TRUE(PagedDecodeCuda(dense, ws, nullptr).ok());
-  const auto o = Down<float>(dense_out, q.size());
-  for (float tau : {1e-6f, 1e-3f, 1e-2f}) {
-    DeviceBuffer out = Up(std::vector<float>(q.size(), kNan));
-    PagedDecodeParams sparse = dense;
-    sparse.attn.out = out.get<float>();
-    sparse.attn.sparse_v_threshold = tau;
-    ASSERT_TRUE(PagedDecodeCuda(sparse, ws, nullptr).ok());
-    const auto o_tau = Down<float>(out, q.size());
-    // ‖o_τ - o‖ <= n · τ · max‖v̂‖ with n the sequence length (every skip is one of them).
-    for (int s = 0; s < 2; ++s) {
-      for (int h = 0; h < 8; ++h) {
-        double diff = 0;
-        for (int e = 0; e < 128; ++e) {
-          const size_t i = (size_t(s) * 8 + h) * 128 + e;
-          diff += std::pow(double(o_tau[i]) - o[i], 2);
+  for (int q_heads : {8, 64}) {
+    const auto q = RandomBf16(rng_, 2 * q_heads * 128, 3.0f);  // peaked attention
+    DeviceBuffer dq = Up(q), dense_out = Up(std::vector<float>(q.size(), kNan));
+    std::vector<float> host_out(q.size());
+    PagedDecodeParams dense{
+        DeviceAttention(HostAttention(pool, q, host_out, q_heads, 0.0f), pool, dp, dq, dense_out),
+        0};
+    ASSERT_TRUE(PagedDecodeCuda(dense, ws, nullptr).ok());
+    const auto o = Down<float>(dense_out, q.size());
+    for (float tau : {1e-6f, 1e-3f, 1e-2f}) {
+      DeviceBuffer out = Up(std::vector<float>(q.size(), kNan));
+      PagedDecodeParams sparse = dense;
+      sparse.attn.out = out.get<float>();
+      sparse.attn.sparse_v_threshold = tau;
+      ASSERT_TRUE(PagedDecodeCuda(sparse, ws, nullptr).ok());
+      const auto o_tau = Down<float>(out, q.size());
+      // ‖o_τ - o‖ <= n · τ · max‖v̂‖ with n the sequence length (every skip is one of them).
+      for (int s = 0; s < 2; ++s) {
+        for (int h = 0; h < q_heads; ++h) {
+          double diff = 0;
+          for (int e = 0; e < 128; ++e) {
+            const size_t i = (size_t(s) * q_heads + h) * 128 + e;
+            diff += std::pow(double(o_tau[i]) - o[i], 2);
+          }
+          const double max_v_norm = 4.0 * std::sqrt(128.0);  // |v| <= ~4 sigma per element
+          EXPECT_LE(std::sqrt(diff), pool.seq_lens()[s] * tau * max_v_norm + 1e-3)
+              << tau << " q_heads " << q_heads;
         }
-        const double max_v_norm = 4.0 * std::sqrt(128.0);  // |v| <= ~4 sigma per element
-        EXPECT_LE(std::sqrt(diff), pool.seq_lens()[s] * tau * max_v_norm + 1e-3) << tau;
       }
     }
   }
