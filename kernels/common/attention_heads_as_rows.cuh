@@ -112,11 +112,18 @@ struct HeadTileOfWarp {
   }
 };
 
+// Shared memory a heads-as-rows CTA needs to write its heads' outputs itself: the merge rows,
+// then up to 64 normalized outputs.
+template <int kHeadDim>
+inline constexpr int kFinishOutputsBytes = kMergeBytes<kHeadDim> + 64 * kHeadDim * 4;
+
 // After the last chunk: finishes each row's sum across its quad, then merges the warps of each
 // head tile through shared memory (the stages, ring and level pairs are free now) into one part
 // per CTA: fewer parts for the combining kernel to read. dim_of(j, n) is the dim of column n of
-// the accumulators' n-tile j.
-template <int kHeadDim, int kNTiles, class DimOf>
+// the accumulators' n-tile j. kMayFinish: when the CTA is its heads' only part, it writes their
+// outputs itself instead (the launch then skips the combining kernel; the kernel's shared memory
+// holds kFinishOutputsBytes).
+template <int kHeadDim, int kNTiles, bool kMayFinish, class DimOf>
 __device__ __forceinline__ void FinishHeadTiles(const AttentionParams& p, const Plan& plan,
                                                 const HeadTileOfWarp& w, const float (&m)[2],
                                                 float (&l)[2], const float (&acc)[kNTiles][4],
@@ -146,9 +153,22 @@ __device__ __forceinline__ void FinishHeadTiles(const AttentionParams& p, const 
     }
   }
   __syncthreads();
+  const int64_t kv_q_head = int64_t{w.seq} * p.num_q_heads + w.kv_head * w.group;
+  if constexpr (kMayFinish) {
+    if (plan.parts() == 1) {
+      float* x = merge + kWarps * 16 * kRow;  // [head - first_local][D]
+      MergeWarps<kHeadDim, 16>(merge, plan.tiles_per_cta, w.warps_per_tile, w.first_local, w.group,
+                               [&](int local, int e, float, float sum, float o) {
+                                 x[(local - w.first_local) * kHeadDim + e] = Normalized(o, sum, p);
+                               });
+      __syncthreads();
+      const int heads = min(plan.tiles_per_cta * 16, w.group - w.first_local);
+      RotateBackAndWrite<kHeadDim>(x, heads, p, kv_q_head + w.first_local);
+      return;
+    }
+  }
   WriteParts<kHeadDim, 16>(merge, plan.tiles_per_cta, w.warps_per_tile, w.first_local, w.group,
-                           parts, int64_t{w.seq} * p.num_q_heads + w.kv_head * w.group,
-                           plan.parts(), blockIdx.x);
+                           parts, kv_q_head, plan.parts(), blockIdx.x);
 }
 
 template <int kHeadDim, int kVBits, bool kSparse>
@@ -234,7 +254,7 @@ __global__ void __launch_bounds__(kWarps * 32)
   });
 
   // B column n of n-tile j is dim n·D/8 + j.
-  FinishHeadTiles<kHeadDim, kNTiles>(
+  FinishHeadTiles<kHeadDim, kNTiles, false>(
       p, plan, w, m, l, acc, [](int j, int n) { return n * kNTiles + j; }, smem, parts);
 }
 

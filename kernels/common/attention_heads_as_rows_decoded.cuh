@@ -1,58 +1,80 @@
 // The heads-as-rows kernel for CTAs of several head tiles of one kv head (32 or more q heads per kv
 // head, e.g. MLA's 128): each staged chunk is decoded once, by all the CTA's threads, into f16 K
-// and V rows in shared memory, which every warp then reads into mma fragments with ldmatrix, 64
-// (or 32) positions at a time.
+// and V rows in shared memory. A CTA of four head tiles (64 heads: a warpgroup's M) computes S
+// for the whole chunk with wgmma, K read from shared memory as the decode laid it; otherwise each
+// warp reads K with ldmatrix, 32 positions at a time. P·V reads V with ldmatrix into mma.sync.
 //
 // In attention_heads_as_rows.cuh each warp converts K and decodes TurboNV V itself, so a CTA of
 // four head tiles decodes every position four times, and a warp takes 16 positions at a time.
-// H200, sparse decode of 2,048 positions, 128 q heads on one kv head, batch 128: 181.8 us there,
-// 175 with the chunk decoded once, 154 with 32-position spans, 148.4 with 64 (one softmax
-// reduction and twice the independent mma per span). What still limits it (Nsight Compute): 8
-// warps an SM (registers), stalled mostly on the fixed latency of dependent instructions, with the
-// tensor pipe busy a fifth of the time; a CTA's warps decode, wait at a barrier and compute in
-// lockstep.
+// H200, sparse decode of 2,048 positions, 128 q heads on one kv head, batch 128: 181.8 us there;
+// here 175 with the chunk decoded once, 154 with 32-position spans, 148.4 with 64 (one softmax
+// reduction and twice the independent mma per span), 143.4 with S from wgmma, 127.9 with a CTA
+// that is its heads' only part writing their outputs (the combining kernel took 15 us). Left out
+// one at a time, the decode costs 24 us and P·V 14; what remains is a CTA's warps decoding,
+// waiting at a barrier and computing in lockstep, 8 warps an SM (registers), mostly stalled on
+// the latency of dependent instructions (Nsight Compute).
 //
 // The f16 rows keep the dims in order (the other kernel permutes them per thread), so Q's A
 // fragments and the accumulators' columns are the plain m16n8k16 ones (mma.cuh).
 #pragma once
 
+#include <type_traits>
+
 #include "kernels/common/attention_heads_as_rows.cuh"
+#include "kernels/common/bulk_copy.cuh"
+#include "kernels/common/wgmma.cuh"
 
 namespace kvp::attention {
 
-// One chunk decoded to f16, K and V alike: kChunk rows of kHeadDim values (rotated domain, V
-// without the layer's v_scale, as DecodeValuePair). Row r's 16-byte piece k sits at piece
-// k ^ (r & 7) ^ ((k >> 3) & 1): the eight rows of an ldmatrix read fall on different banks, and so
-// do the stores of eight threads decoding pieces 2c (or 2c + 1) of one row, c = 0..7.
+// A chunk's K decoded to f16 (rotated domain), laid out as wgmma's K-major B operand in the
+// 128-byte swizzle: 64-dim column blocks of kChunk rows of 128 bytes, 1024-byte aligned. Also
+// what the ldmatrix reads of the other path want: eight rows' same 16-byte piece on eight banks.
 template <int kHeadDim>
-struct DecodedChunk {
-  static constexpr int kRowBytes = 2 * kHeadDim;
-  static constexpr int kBytes = kChunk * kRowBytes;
+struct DecodedK {
+  static constexpr int kBlockBytes = kChunk * wgmma::kSwizzleRowBytes;  // 64 dims of every row
+  static constexpr int kBytes = kHeadDim / 64 * kBlockBytes;
+  // Byte `byte` of row r. Rows 8 apart differ by 8 · 128 bytes whatever the byte.
+  KVP_HD static int Byte(int r, int byte) {
+    return byte / wgmma::kSwizzleRowBytes * kBlockBytes +
+           wgmma::Swizzled128(r, byte % wgmma::kSwizzleRowBytes);
+  }
+  static constexpr int kRowStride = wgmma::kSwizzleRowBytes;
+};
+
+// A chunk's V decoded to f16 (rotated domain, without the layer's v_scale, as DecodeValuePair):
+// kChunk rows of kHeadDim values. Row r's 16-byte piece k sits at piece k ^ (r & 7) ^ ((k >> 3)
+// & 1): the eight rows of an ldmatrix read fall on different banks, and so do the stores of eight
+// threads decoding pieces 2c (or 2c + 1) of one row, c = 0..7.
+template <int kHeadDim>
+struct DecodedV {
+  static constexpr int kRowStride = 2 * kHeadDim;
+  static constexpr int kBytes = kChunk * kRowStride;
   KVP_HD static int Byte(int r, int byte) {
     const int piece = byte >> 4;
-    return r * kRowBytes + ((piece ^ (r & 7) ^ ((piece >> 3) & 1)) << 4) + (byte & 15);
+    return r * kRowStride + ((piece ^ (r & 7) ^ ((piece >> 3) & 1)) << 4) + (byte & 15);
   }
 };
 
 // Shared memory: the stages, the position ring and the level pairs as for the other kernels, then
-// the decoded K and V.
+// the decoded K (after up to 1024 bytes of padding that align it) and V.
 template <int kHeadDim, int kVBits>
 inline constexpr int kDecodedOffset = kPairLevelsOffset<kHeadDim, kVBits, 1> + (4 << (2 * kVBits));
 template <int kHeadDim, int kVBits>
+inline constexpr int kDecodedEnd = kDecodedOffset<kHeadDim, kVBits> + wgmma::kSwizzleAtomBytes +
+                                   DecodedK<kHeadDim>::kBytes + DecodedV<kHeadDim>::kBytes;
+template <int kHeadDim, int kVBits>
 inline constexpr int kDecodedSharedBytes =
-    kDecodedOffset<kHeadDim, kVBits> + 2 * DecodedChunk<kHeadDim>::kBytes > kMergeBytes<kHeadDim>
-        ? kDecodedOffset<kHeadDim, kVBits> + 2 * DecodedChunk<kHeadDim>::kBytes
-        : kMergeBytes<kHeadDim>;
+    kDecodedEnd<kHeadDim, kVBits> > kFinishOutputsBytes<kHeadDim> ? kDecodedEnd<kHeadDim, kVBits>
+                                                                  : kFinishOutputsBytes<kHeadDim>;
 
-// Decodes a staged chunk into k_out and v_out (DecodedChunk), with all the CTA's threads: thread i
-// takes the 16-dim piece i % (D/16) (16 K bytes, one TurboNV group) of every (kWarps·32·16/D)-th
-// row from i / (D/16), so a quarter warp reads 128 contiguous staged bytes.
+// Decodes a staged chunk into k_out (DecodedK) and v_out (DecodedV), with all the CTA's threads:
+// thread i takes the 16-dim piece i % (D/16) (16 K bytes, one TurboNV group) of every
+// (kWarps·32·16/D)-th row from i / (D/16), so a quarter warp reads 128 contiguous staged bytes.
 template <int kHeadDim, int kVBits>
 __device__ __forceinline__ void DecodeChunk(const Stage<kHeadDim, kVBits, 1>& st,
                                             const __half2* pair_levels, uint8_t* k_out,
                                             uint8_t* v_out) {
   using St = Stage<kHeadDim, kVBits, 1>;
-  using Out = DecodedChunk<kHeadDim>;
   constexpr int kPieces = kHeadDim / 16;
   constexpr int kRowsPerPass = kWarps * 32 / kPieces;
   static_assert(kChunk % kRowsPerPass == 0);
@@ -66,9 +88,9 @@ __device__ __forceinline__ void DecodeChunk(const Stage<kHeadDim, kVBits, 1>& st
     mma::E4m3x4ToHalf2x2(w.y, &h[2], &h[3]);
     mma::E4m3x4ToHalf2x2(w.z, &h[4], &h[5]);
     mma::E4m3x4ToHalf2x2(w.w, &h[6], &h[7]);
-    *reinterpret_cast<uint4*>(k_out + Out::Byte(r, 32 * c)) = make_uint4(h[0], h[1], h[2], h[3]);
-    *reinterpret_cast<uint4*>(k_out + Out::Byte(r, 32 * c + 16)) =
-        make_uint4(h[4], h[5], h[6], h[7]);
+    using K = DecodedK<kHeadDim>;
+    *reinterpret_cast<uint4*>(k_out + K::Byte(r, 32 * c)) = make_uint4(h[0], h[1], h[2], h[3]);
+    *reinterpret_cast<uint4*>(k_out + K::Byte(r, 32 * c + 16)) = make_uint4(h[4], h[5], h[6], h[7]);
     // Codes 2i, 2i + 1 are adjacent in the group's bits: one 2N-bit field indexes their pair.
     const uint64_t bits = GroupCodes<kVBits>(st.v + r * St::kVRow, c);
     const __half2_raw scale_raw = __nv_cvt_fp8x2_to_halfraw2(
@@ -80,10 +102,11 @@ __device__ __forceinline__ void DecodeChunk(const Stage<kHeadDim, kVBits, 1>& st
       const __half2 v = __hmul2(*reinterpret_cast<const __half2*>(table + offset), scale);
       h[i] = *reinterpret_cast<const uint32_t*>(&v);
     }
-    *reinterpret_cast<uint4*>(v_out + Out::Byte(r, 32 * c)) = make_uint4(h[0], h[1], h[2], h[3]);
-    *reinterpret_cast<uint4*>(v_out + Out::Byte(r, 32 * c + 16)) =
-        make_uint4(h[4], h[5], h[6], h[7]);
+    using V = DecodedV<kHeadDim>;
+    *reinterpret_cast<uint4*>(v_out + V::Byte(r, 32 * c)) = make_uint4(h[0], h[1], h[2], h[3]);
+    *reinterpret_cast<uint4*>(v_out + V::Byte(r, 32 * c + 16)) = make_uint4(h[4], h[5], h[6], h[7]);
   }
+  wgmma::FenceSharedWrites();  // K is read by wgmma, through the async proxy
 }
 
 // Launched with two or four head tiles a CTA (WithPartsKernel): one or two warps a head tile.
@@ -91,13 +114,16 @@ template <int kHeadDim, int kVBits, bool kSparse>
 __global__ void __launch_bounds__(kWarps * 32)
     HeadsAsRowsDecodedKernel(AttentionParams p, PositionSource src, Plan plan, float* parts) {
   using St = Stage<kHeadDim, kVBits, 1>;
-  using Decoded = DecodedChunk<kHeadDim>;
+  using K = DecodedK<kHeadDim>;
+  using V = DecodedV<kHeadDim>;
   constexpr int kSteps = kHeadDim / 16;  // k-steps of Q·Kᵀ
   constexpr int kNTiles = kHeadDim / 8;  // n-tiles of P·V
   extern __shared__ __align__(16) uint8_t smem[];
   const __half2* pair_levels = StartPartsKernel<kHeadDim, kVBits, 1>(smem);
   uint8_t* k_rows = smem + kDecodedOffset<kHeadDim, kVBits>;
-  uint8_t* v_rows = k_rows + Decoded::kBytes;
+  k_rows += (wgmma::kSwizzleAtomBytes - bulk::SharedAddress(k_rows) % wgmma::kSwizzleAtomBytes) %
+            wgmma::kSwizzleAtomBytes;
+  uint8_t* v_rows = k_rows + K::kBytes;
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int t = lane % 4;
@@ -134,24 +160,47 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int k_row = (lane / 16) * 8 + lane % 8, k_byte = ((lane / 8) % 2) * 16;
   const int v_row = ((lane / 8) % 2) * 8 + lane % 8, v_byte = (lane / 16) * 16;
 
-  // Attention over kSpan decoded positions from `base` of the staged chunk.
-  auto Span = [&](auto span_positions, const St& st, int base) {
+  // Attention over kSpan decoded positions from `base` of the staged chunk. With kWarpgroup (a
+  // span of the whole chunk, every warp of the CTA on its own head tile) S comes from wgmma: the
+  // CTA's 64 heads are its M, the 64 positions its N, K is read from shared memory as it lies.
+  auto Span = [&](auto span_positions, auto warpgroup, const St& st, int base) {
     constexpr int kSpan = decltype(span_positions)::value;
+    constexpr bool kWarpgroup = decltype(warpgroup)::value;
+    static_assert(!kWarpgroup || kSpan == 64);
     // Two accumulators an n-tile (even and odd k-steps) where a span of 32 leaves too few
     // independent mma chains; 64 positions have eight n-tiles, and registers for only one set.
     constexpr int kChains = kSpan < 64 ? 2 : 1;
-    const uint8_t* k_span = k_rows + base * Decoded::kRowBytes;
-    const uint8_t* v_span = v_rows + base * Decoded::kRowBytes;
+    const uint8_t* k_span = k_rows + base * K::kRowStride;
+    const uint8_t* v_span = v_rows + base * V::kRowStride;
     float s_acc[kChains][kSpan / 8][4] = {};  // S = Q·Kᵀ, 8 positions an n-tile
+    if constexpr (kWarpgroup) {
+      float d[32];
+      const uint64_t k_descriptor = wgmma::SwizzledKMajorDescriptor(k_rows);
+      wgmma::Fence();
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
+      for (int s = 0; s < kSteps; ++s) {
+        const int offset = s / 4 * K::kBlockBytes + s % 4 * 32;  // 16 dims = 32 bytes a k-step
+        wgmma::MmaM64N64K16(d, qa[s], wgmma::AdvancedDescriptor(k_descriptor, offset), s > 0);
+      }
+      wgmma::Commit();
+      wgmma::Wait<0>();
+      wgmma::KeepAfterWait(d);
 #pragma unroll
-      for (int half = 0; half < kSpan / 16; ++half) {
-        uint32_t b[4];
-        mma::LoadMatrices(
-            k_span + half * 16 * Decoded::kRowBytes + Decoded::Byte(k_row, 32 * s + k_byte), b);
-        mma::MmaF16(s_acc[s % kChains][2 * half], qa[s], b[0], b[1]);
-        mma::MmaF16(s_acc[s % kChains][2 * half + 1], qa[s], b[2], b[3]);
+      for (int j = 0; j < 8; ++j) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) s_acc[0][j][i] = d[4 * j + i];
+      }
+    } else {
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+#pragma unroll
+        for (int half = 0; half < kSpan / 16; ++half) {
+          uint32_t b[4];
+          mma::LoadMatrices(k_span + half * 16 * K::kRowStride + K::Byte(k_row, 32 * s + k_byte),
+                            b);
+          mma::MmaF16(s_acc[s % kChains][2 * half], qa[s], b[0], b[1]);
+          mma::MmaF16(s_acc[s % kChains][2 * half + 1], qa[s], b[2], b[3]);
+        }
       }
     }
     if constexpr (kChains == 2) {
@@ -162,8 +211,8 @@ __global__ void __launch_bounds__(kWarps * 32)
       }
     }
     uint32_t pa[kSpan / 16][4];
-    if (!TileSoftmax(s_acc[0], st.slots + base, qk_scale, w.row0, w.row1, tau, p.skipped_tiles, m,
-                     l, acc, pa)) {
+    if (!TileSoftmax(s_acc[0], st.slots + base, qk_scale, w.row0, w.row1, tau,
+                     w.real ? p.skipped_tiles : nullptr, m, l, acc, pa)) {
       return;
     }
 #pragma unroll
@@ -172,7 +221,7 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int half = 0; half < kSpan / 16; ++half) {
         uint32_t b[4];
         mma::LoadMatricesTransposed(
-            v_span + half * 16 * Decoded::kRowBytes + Decoded::Byte(v_row, 16 * j + v_byte), b);
+            v_span + half * 16 * V::kRowStride + V::Byte(v_row, 16 * j + v_byte), b);
         mma::MmaF16(acc[j], pa[half], b[0], b[1]);
         mma::MmaF16(acc[j + 1], pa[half], b[2], b[3]);
       }
@@ -184,20 +233,25 @@ __global__ void __launch_bounds__(kWarps * 32)
   stream.ForEach([&](const St& st) {
     DecodeChunk<kHeadDim, kVBits>(st, pair_levels, k_rows, v_rows);
     __syncthreads();  // every thread calls consume; the next chunk's barrier protects the rows
-    if (!w.real) return;
     // A warp takes its head tile's positions in spans: all 64 of the chunk at once when it is
     // the tile's only warp (a CTA of four head tiles) and the registers allow (D <= 128), else
     // 32 at a time. Longer spans give more independent mma and one softmax reduction for all
     // their positions.
-    if (kHeadDim <= 128 && w.warps_per_tile == 1) {
-      Span(IntConstant < kHeadDim <= 128 ? kChunk : kChunk / 2 > {}, st, 0);
-    } else {
-      for (int base = w.sub * (kChunk / 2); base < kChunk; base += w.warps_per_tile * (kChunk / 2))
-        Span(IntConstant<kChunk / 2>{}, st, base);
+    if constexpr (kHeadDim <= 128) {
+      if (w.warps_per_tile == 1) {
+        // wgmma takes the whole warpgroup: a warp of a padding head tile computes on zero
+        // queries, and its rows are never written.
+        Span(IntConstant<kChunk>{}, std::true_type{}, st, 0);
+        return;
+      }
     }
+    if (!w.real) return;
+    for (int base = w.sub * (kChunk / 2); base < kChunk; base += w.warps_per_tile * (kChunk / 2))
+      Span(IntConstant<kChunk / 2>{}, std::false_type{}, st, base);
   });
 
-  FinishHeadTiles<kHeadDim, kNTiles>(
+  static_assert(kFinishOutputsBytes<kHeadDim> <= kDecodedSharedBytes<kHeadDim, kVBits>);
+  FinishHeadTiles<kHeadDim, kNTiles, true>(
       p, plan, w, m, l, acc, [](int j, int column) { return 8 * j + column; }, smem, parts);
 }
 

@@ -3,10 +3,11 @@
 // per (q head, split of the positions) with one of two layouts of the heads in the mma fragments
 // (attention_heads_as_columns.cuh for at most 8 q heads per kv head, attention_heads_as_rows.cuh
 // for more, and attention_heads_as_rows_decoded.cuh when a CTA covers several head tiles); the
-// second merges the parts of each q head, applies the inverse Walsh-Hadamard
-// rotation once and writes the output. When a heads-as-columns CTA is its heads' only part (a
-// batch large enough to fill the GPU without splitting), it writes their outputs itself and the
-// second kernel is not launched. This file picks the kernel, sizes the split and launches.
+// second merges the parts of each q head, applies the inverse Walsh-Hadamard rotation once and
+// writes the output. When a CTA is its heads' only part (a batch large enough to fill the GPU
+// without splitting), it writes their outputs itself and the second kernel is not launched (all
+// but the plain heads-as-rows kernel, whose shared memory is too small for it). This file picks
+// the kernel, sizes the split and launches.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -109,6 +110,7 @@ struct PartsKernel {
   void (*kernel)(AttentionParams, PositionSource, Plan, float*) = nullptr;
   int shared_bytes = 0;
   HeadLayout layout = HeadLayout::kColumns;
+  bool finishes_single_parts = false;  // a CTA that is its heads' only part writes their outputs
   int kv_heads_per_cta = 1;
   int resident = 0;  // CTAs per SM
   cudaError_t setup = cudaSuccess;
@@ -130,6 +132,7 @@ const PartsKernel& PartsKernelFor() {
       k.shared_bytes = kDecodedSharedBytes<kHeadDim, kVBits>;
     }
     k.layout = kLayout;
+    k.finishes_single_parts = kLayout != HeadLayout::kRows;
     k.kv_heads_per_cta = kKvHeads;
     k.setup =
         cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, k.shared_bytes);
@@ -247,7 +250,7 @@ LaunchStatus LaunchAttention(const AttentionParams& p, const PositionSource& src
         const dim3 grid(plan.splits, plan.ctas_per_split(p.cache.num_kv_heads), p.num_seqs);
         cudaError_t launched = LaunchDependent(k.kernel, grid, dim3(kWarps * 32), k.shared_bytes,
                                                stream, false, p, src, plan, parts);
-        if (launched != cudaSuccess || (plan.parts() == 1 && k.layout == HeadLayout::kColumns)) {
+        if (launched != cudaSuccess || (plan.parts() == 1 && k.finishes_single_parts)) {
           // Failed, or the parts kernel wrote the outputs itself.
         } else {
           const dim3 heads(p.num_q_heads, p.num_seqs);

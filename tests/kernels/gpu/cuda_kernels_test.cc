@@ -305,25 +305,29 @@ TEST_F(CudaKernelsTest, PagedDecodeMatchesTheReference) {
 
 // A batch of kv heads large enough to fill the GPU several times over is not split along the
 // positions: each CTA is its heads' only part and writes their outputs itself, without the
-// combining kernel.
+// combining kernel (4 q heads a kv head, as columns; 128, as rows of CTAs decoding once).
 TEST_F(CudaKernelsTest, PagedDecodeOfAWholeGpuBatchMatchesTheReference) {
-  PoolSpec spec;  // 8 kv heads, head_dim 128, block 64, turbo3
-  const int n = 320, q_heads = 32;
-  std::vector<int32_t> lens(n);
-  std::uniform_int_distribution<int32_t> len(1, 300);
-  for (int32_t& l : lens) l = len(rng_);
-  TestPool pool(spec, n * 5 + 10);
-  pool.FillSequences(rng_, lens);
-  const auto q = RandomBf16(rng_, size_t(n) * q_heads * 128, 2.0f);
-  std::vector<float> want(q.size(), kNan);
-  PagedDecodeParams ref{HostAttention(pool, q, want, q_heads, 0.0f), 0};
-  ASSERT_TRUE(PagedDecodeRef(ref).ok());
-  DevicePool dp(pool);
-  DeviceBuffer dq = Up(q), dout = Up(std::vector<float>(q.size(), kNan));
-  CudaWorkspace ws;
-  PagedDecodeParams dev{DeviceAttention(ref.attn, pool, dp, dq, dout), 0};
-  ASSERT_TRUE(PagedDecodeCuda(dev, ws, nullptr).ok());
-  ExpectClose(Down<float>(dout, q.size()), want, 3e-3, "320 sequences");
+  for (const auto& [q_heads, kv_heads] : {std::pair{32, 8}, std::pair{128, 1}}) {
+    PoolSpec spec;  // head_dim 128, block 64, turbo3
+    spec.num_kv_heads = kv_heads;
+    const int n = 320;
+    std::vector<int32_t> lens(n);
+    std::uniform_int_distribution<int32_t> len(1, 300);
+    for (int32_t& l : lens) l = len(rng_);
+    TestPool pool(spec, n * 5 + 10);
+    pool.FillSequences(rng_, lens);
+    const auto q = RandomBf16(rng_, size_t(n) * q_heads * 128, 2.0f);
+    std::vector<float> want(q.size(), kNan);
+    PagedDecodeParams ref{HostAttention(pool, q, want, q_heads, 0.0f), 0};
+    ASSERT_TRUE(PagedDecodeRef(ref).ok());
+    DevicePool dp(pool);
+    DeviceBuffer dq = Up(q), dout = Up(std::vector<float>(q.size(), kNan));
+    CudaWorkspace ws;
+    PagedDecodeParams dev{DeviceAttention(ref.attn, pool, dp, dq, dout), 0};
+    ASSERT_TRUE(PagedDecodeCuda(dev, ws, nullptr).ok());
+    ExpectClose(Down<float>(dout, q.size()), want, 3e-3,
+                "320 sequences, q_heads " + std::to_string(q_heads));
+  }
 }
 
 // Checked for 4 q heads a kv head (heads as columns) and 32 (heads as rows, decoded once a CTA).
