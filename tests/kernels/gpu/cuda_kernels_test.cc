@@ -330,7 +330,8 @@ TEST_F(CudaKernelsTest, PagedDecodeOfAWholeGpuBatchMatchesTheReference) {
   }
 }
 
-// Checked for 4 q heads a kv head (heads as columns) and 32 (heads as rows, decoded once a CTA).
+// Checked for 4 q heads a kv head (heads as columns), 32 and 128 (heads as rows of CTAs decoding
+// once: S from ldmatrix and mma, and from wgmma).
 TEST_F(CudaKernelsTest, SparseVThresholdStaysWithinItsBound) {
   PoolSpec spec;
   spec.num_kv_heads = 2;
@@ -338,7 +339,7 @@ TEST_F(CudaKernelsTest, SparseVThresholdStaysWithinItsBound) {
   pool.FillSequences(rng_, {8000, 3000});
   DevicePool dp(pool);
   CudaWorkspace ws;
-  for (int q_heads : {8, 64}) {
+  for (int q_heads : {8, 64, 256}) {
     const auto q = RandomBf16(rng_, 2 * q_heads * 128, 3.0f);  // peaked attention
     DeviceBuffer dq = Up(q), dense_out = Up(std::vector<float>(q.size(), kNan));
     std::vector<float> host_out(q.size());
