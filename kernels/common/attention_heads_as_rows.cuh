@@ -1,5 +1,7 @@
-// The attention kernel for many q heads per kv head (more than 8, e.g. 16 or MLA's 128): a warp's
-// 16 q heads are the rows of its mma fragments.
+// The attention kernel for many q heads per kv head (more than 8, e.g. 16): a warp's 16 q heads
+// are the rows of its mma fragments. When CTAs of several head tiles fill the GPU (32 or more q
+// heads a kv head, and enough sequences), attention_heads_as_rows_decoded.cuh serves instead; it
+// shares this file's tile softmax, the warp's view of its head tile and the end of the CTA.
 //
 // Per 16-position tile a warp computes S = Q·Kᵀ (two m16n8k16 per 16 dims; thread t reads 32
 // contiguous K bytes of a row into B fragments), the online softmax on S in the C fragments, and
@@ -12,7 +14,7 @@
 
 namespace kvp::attention {
 
-// The online softmax of one warp's 16 heads over 8·kEighths positions (16 or 32). s[h] holds
+// The online softmax of one warp's 16 heads over 8·kEighths positions (16, 32 or 64). s[h] holds
 // S = Q·Kᵀ (unscaled) for positions 8h.. as a C fragment: s[h][0..1] = (head g, positions
 // 8h + 2t, + 1), s[h][2..3] = head g + 8. Masked positions (slot -1) get no weight; rows 0/1 say
 // whether heads g and g + 8 are real. Folds the positions into the running maximum m and sum l
