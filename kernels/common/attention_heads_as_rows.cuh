@@ -115,9 +115,9 @@ struct HeadTileOfWarp {
 };
 
 // Shared memory a heads-as-rows CTA needs to write its heads' outputs itself: the merge rows,
-// then up to 64 normalized outputs.
+// then the normalized outputs of its heads (16 a warp at most).
 template <int kHeadDim>
-inline constexpr int kFinishOutputsBytes = kMergeBytes<kHeadDim> + 64 * kHeadDim * 4;
+inline constexpr int kFinishOutputsBytes = kMergeBytes<kHeadDim> + kWarps * 16 * kHeadDim * 4;
 
 // After the last chunk: finishes each row's sum across its quad, then merges the warps of each
 // head tile through shared memory (the stages, ring and level pairs are free now) into one part
