@@ -70,12 +70,8 @@ __device__ __forceinline__ uint32_t PackHalf2(float lo, float hi) {
   return *reinterpret_cast<const uint32_t*>(&h);
 }
 
-// bf16 bits to f16 (through float; exact for bf16 values inside f16's normal range).
-__device__ __forceinline__ uint32_t Bf16PairToHalf2(uint16_t lo, uint16_t hi) {
-  return PackHalf2(__uint_as_float(uint32_t{lo} << 16), __uint_as_float(uint32_t{hi} << 16));
-}
-
-// Two bf16 in one word (the lower element in the low half) as an f16 pair.
+// Two bf16 in one word (the lower element in the low half) as an f16 pair, through float: exact
+// for bf16 values inside f16's normal range.
 __device__ __forceinline__ uint32_t Bf16x2ToHalf2(uint32_t two) {
   return PackHalf2(__uint_as_float(two << 16), __uint_as_float(two & 0xFFFF0000u));
 }
@@ -85,8 +81,8 @@ __device__ __forceinline__ uint32_t Bf16x2ToHalf2(uint32_t two) {
 __device__ __forceinline__ void Bf16x4ToHalf2x2(const uint16_t* p, uint32_t* first,
                                                 uint32_t* second) {
   const uint2 w = *reinterpret_cast<const uint2*>(p);
-  *first = Bf16PairToHalf2(static_cast<uint16_t>(w.x), static_cast<uint16_t>(w.x >> 16));
-  *second = Bf16PairToHalf2(static_cast<uint16_t>(w.y), static_cast<uint16_t>(w.y >> 16));
+  *first = Bf16x2ToHalf2(w.x);
+  *second = Bf16x2ToHalf2(w.y);
 }
 
 // Eight consecutive bf16 at `p` (16-byte aligned) as four f16 pairs, in order.
@@ -95,8 +91,7 @@ __device__ __forceinline__ void Bf16x8ToHalf2x4(const uint16_t* p, uint32_t* pai
   const uint32_t words[4] = {w.x, w.y, w.z, w.w};
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    pairs[i] =
-        Bf16PairToHalf2(static_cast<uint16_t>(words[i]), static_cast<uint16_t>(words[i] >> 16));
+    pairs[i] = Bf16x2ToHalf2(words[i]);
   }
 }
 
