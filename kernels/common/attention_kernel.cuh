@@ -24,13 +24,14 @@
 namespace kvp::attention {
 
 // The combining kernel: one CTA of CombineWarps(parts) warps per (sequence, q head). Where a q
-// head has many parts (128 for dense decode of one 131,072-token sequence), eight warps each merge
-// half as many as four would, so half as many of a warp's batches of loads wait one after another
-// (H200: dense decode at batch 1 75.6 -> 71.5 us, sparse decode 12.2 -> 11.3 us, the decode layer
-// 39.6 -> 38.5 us); where it has few (two, in a decode step of 64 sequences) the extra warps have
-// nothing to merge (that step measured no faster with them: 14.89 ms of kernels against
-// 14.83-14.85 with four, on one host). Sixteen were faster still at batch 1 but slower at batch 32.
-inline int CombineWarps(int parts) { return parts >= 16 ? 8 : 4; }
+// head has many parts (128 for dense decode of one 131,072-token sequence), more warps each merge
+// fewer, so fewer of a warp's batches of loads wait one after another (H200, eight warps instead
+// of four: dense decode at batch 1 75.6 -> 71.5 us, sparse decode 12.2 -> 11.3 us, the decode
+// layer 39.6 -> 38.5 us; sixteen instead of eight from 32 parts: 71.2-71.6 -> 68.9-69.2, 11.4 ->
+// 11.0, 38.7-38.8 -> 38.2, the same run). Where a head has few parts (two, in a decode step of 64
+// sequences) the extra warps have nothing to merge (that step measured no faster with eight:
+// 14.89 ms of kernels against 14.83-14.85 with four, on one host).
+inline int CombineWarps(int parts) { return parts >= 32 ? 16 : parts >= 16 ? 8 : 4; }
 
 // Merges the parts of one (sequence, q head), rotates back and writes out. Lane l of every warp
 // owns output elements [l·kPer, l·kPer + kPer). Warp w merges parts w, w + kCombineWarps, ... with
@@ -256,11 +257,22 @@ LaunchStatus LaunchAttention(const AttentionParams& p, const PositionSource& src
         } else {
           const dim3 heads(p.num_q_heads, p.num_seqs);
           const float* parts_in = parts;
-          launched = CombineWarps(plan.parts()) == 8
-                         ? LaunchDependent(AttentionCombineKernel<kD, 8>, heads, dim3(8 * 32), 0,
-                                           stream, false, p, plan.parts(), parts_in)
-                         : LaunchDependent(AttentionCombineKernel<kD, 4>, heads, dim3(4 * 32), 0,
-                                           stream, false, p, plan.parts(), parts_in);
+          auto combine = [&](auto warps) {
+            constexpr int kCombineWarps = decltype(warps)::value;
+            return LaunchDependent(AttentionCombineKernel<kD, kCombineWarps>, heads,
+                                   dim3(kCombineWarps * 32), 0, stream, false, p, plan.parts(),
+                                   parts_in);
+          };
+          switch (CombineWarps(plan.parts())) {
+            case 16:
+              launched = combine(IntConstant<16>{});
+              break;
+            case 8:
+              launched = combine(IntConstant<8>{});
+              break;
+            default:
+              launched = combine(IntConstant<4>{});
+          }
         }
         return LaunchStatus{launched, nullptr};
       });
