@@ -28,9 +28,10 @@ namespace kvp::attention {
 // fewer, so fewer of a warp's batches of loads wait one after another (H200, eight warps instead
 // of four: dense decode at batch 1 75.6 -> 71.5 us, sparse decode 12.2 -> 11.3 us, the decode
 // layer 39.6 -> 38.5 us; sixteen instead of eight from 32 parts: 71.2-71.6 -> 68.9-69.2, 11.4 ->
-// 11.0, 38.7-38.8 -> 38.2, the same run). Where a head has few parts (two, in a decode step of 64
-// sequences) the extra warps have nothing to merge (that step measured no faster with eight:
-// 14.89 ms of kernels against 14.83-14.85 with four, on one host).
+// 11.0, 38.7-38.8 -> 38.2, the same run; thirty-two were no faster from 64 parts and slower from
+// 32). Where a head has few parts (two, in a decode step of 64 sequences) the extra warps have
+// nothing to merge (that step measured no faster with eight: 14.89 ms of kernels against
+// 14.83-14.85 with four, on one host).
 inline int CombineWarps(int parts) { return parts >= 32 ? 16 : parts >= 16 ? 8 : 4; }
 
 // Merges the parts of one (sequence, q head), rotates back and writes out. Lane l of every warp
