@@ -175,13 +175,9 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
   float* x = merge + kWarps * kMaxColumnHeads * kRow;  // [head][D]
   static_assert((kWarps + 1) * kMaxColumnHeads * kRow * 4 <= kMergeBytes<kHeadDim>);
   for (int h = 0; h < kKvHeads; ++h) {
-    MergeWarps<kHeadDim, kMaxColumnHeads>(merge + h * kHeadRows, 1, kWarpsPerHead, 0, group,
-                                          [&](int local, int e, float, float sum, float o) {
-                                            x[local * kHeadDim + e] = Normalized(o, sum, p);
-                                          });
-    __syncthreads();
-    RotateBackAndWrite<kHeadDim>(x, group, p, cta_q_head + h * group);
-    __syncthreads();
+    WriteOutputs<kHeadDim, kMaxColumnHeads>(merge + h * kHeadRows, 1, kWarpsPerHead, 0, group, x,
+                                            p, cta_q_head + h * group);
+    __syncthreads();  // x is written again for the next kv head
   }
 }
 

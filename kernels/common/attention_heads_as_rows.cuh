@@ -158,14 +158,8 @@ __device__ __forceinline__ void FinishHeadTiles(const AttentionParams& p, const 
   const int64_t kv_q_head = int64_t{w.seq} * p.num_q_heads + w.kv_head * w.group;
   if constexpr (kMayFinish) {
     if (plan.parts() == 1) {
-      float* x = merge + kWarps * 16 * kRow;  // [head - first_local][D]
-      MergeWarps<kHeadDim, 16>(merge, plan.tiles_per_cta, w.warps_per_tile, w.first_local, w.group,
-                               [&](int local, int e, float, float sum, float o) {
-                                 x[(local - w.first_local) * kHeadDim + e] = Normalized(o, sum, p);
-                               });
-      __syncthreads();
-      const int heads = min(plan.tiles_per_cta * 16, w.group - w.first_local);
-      RotateBackAndWrite<kHeadDim>(x, heads, p, kv_q_head + w.first_local);
+      WriteOutputs<kHeadDim, 16>(merge, plan.tiles_per_cta, w.warps_per_tile, w.first_local,
+                                 w.group, merge + kWarps * 16 * kRow, p, kv_q_head);
       return;
     }
   }

@@ -112,10 +112,12 @@ struct PartsKernel {
   void (*kernel)(AttentionParams, PositionSource, Plan, float*) = nullptr;
   int shared_bytes = 0;
   HeadLayout layout = HeadLayout::kColumns;
-  bool finishes_single_parts = false;  // a CTA that is its heads' only part writes their outputs
   int kv_heads_per_cta = 1;
   int resident = 0;  // CTAs per SM
   cudaError_t setup = cudaSuccess;
+  // Whether a CTA that is its heads' only part writes their outputs (the plain heads-as-rows
+  // kernel's shared memory holds no room for them).
+  bool finishes_single_parts() const { return layout != HeadLayout::kRows; }
 };
 
 template <int kHeadDim, int kVBits, bool kSparse, HeadLayout kLayout, int kKvHeads>
@@ -134,7 +136,6 @@ const PartsKernel& PartsKernelFor() {
       k.shared_bytes = kDecodedSharedBytes<kHeadDim, kVBits>;
     }
     k.layout = kLayout;
-    k.finishes_single_parts = kLayout != HeadLayout::kRows;
     k.kv_heads_per_cta = kKvHeads;
     k.setup =
         cudaFuncSetAttribute(k.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, k.shared_bytes);
@@ -186,11 +187,10 @@ LaunchStatus WithPartsKernel(const AttentionParams& p, int positions, F&& f) {
   const LayerCache& c = p.cache;
   if (c.k_codec.format != KvFormat::kFp8E4m3) return Unsupported("K formats other than fp8_e4m3");
   if (c.block_stride > INT32_MAX) return Unsupported("blocks of 2 GiB or more");  // ChunkStream
-  const int group = p.num_q_heads / c.num_kv_heads;
-  const bool columns = group <= kMaxColumnHeads;
+  const bool columns = p.num_q_heads / c.num_kv_heads <= kMaxColumnHeads;
   auto with_bits = [&](auto head_dim, auto bits) -> LaunchStatus {
     constexpr int kD = decltype(head_dim)::value, kBits = decltype(bits)::value;
-    if (!columns && group > 16) {  // several head tiles a kv head
+    if (!columns && HeadsAsRowsPlan(p).head_tiles > 1) {
       const PartsKernel& decoded =
           PartsKernelFor<kD, kBits, kSparse, HeadLayout::kRowsDecodedOnce, 1>();
       const Plan plan = PlanFor(p, decoded, positions);
@@ -253,7 +253,7 @@ LaunchStatus LaunchAttention(const AttentionParams& p, const PositionSource& src
         const dim3 grid(plan.splits, plan.ctas_per_split(p.cache.num_kv_heads), p.num_seqs);
         cudaError_t launched = LaunchDependent(k.kernel, grid, dim3(kWarps * 32), k.shared_bytes,
                                                stream, false, p, src, plan, parts);
-        if (launched != cudaSuccess || (plan.parts() == 1 && k.finishes_single_parts)) {
+        if (launched != cudaSuccess || (plan.parts() == 1 && k.finishes_single_parts())) {
           // Failed, or the parts kernel wrote the outputs itself.
         } else {
           const dim3 heads(p.num_q_heads, p.num_seqs);

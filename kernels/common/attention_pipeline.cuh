@@ -569,4 +569,20 @@ __device__ void RotateBackAndWrite(const float* x, int heads, const AttentionPar
   }
 }
 
+// The outputs of the merged warps, for a CTA that is its heads' only part (WriteParts' sets,
+// warps and heads): each head's (max, sum, acc) normalized into x ([head - first_local][D], in
+// shared memory past the merge rows), then rotated back and written to p.out. Q heads
+// first_q_head + first_local, ...: the CTA's heads that exist.
+template <int kHeadDim, int kRows>
+__device__ void WriteOutputs(const float* merge, int sets, int warps_per_set, int first_local,
+                             int group, float* x, const AttentionParams& p, int64_t first_q_head) {
+  MergeWarps<kHeadDim, kRows>(merge, sets, warps_per_set, first_local, group,
+                              [&](int local, int e, float, float sum, float o) {
+                                x[(local - first_local) * kHeadDim + e] = Normalized(o, sum, p);
+                              });
+  __syncthreads();
+  const int heads = min(sets * kRows, group - first_local);
+  RotateBackAndWrite<kHeadDim>(x, heads, p, first_q_head + first_local);
+}
+
 }  // namespace kvp::attention
