@@ -9,8 +9,9 @@
 // like the B fragments of the other kernel (thread g: dims [g·D/8, (g+1)·D/8) of 4 positions).
 // Half the mma instructions and half the accumulators of the 16-row layout, so more warps fit.
 // A CTA covers two kv heads where the layer's count is even and the positions are many enough
-// (kMinChunksForTwoKvHeads): their rows sit side by side in the cache, so it stages both with fewer
-// L2 requests per byte than two CTAs would.
+// (kMinPositionsForTwoKvHeads): their rows sit side by side in the cache, so it stages both with
+// fewer L2 requests per byte than two CTAs would, and each of its warps takes two tiles at a time
+// (kColumnSpans).
 #pragma once
 
 #include "kernels/common/attention_pipeline.cuh"
@@ -26,17 +27,44 @@ inline Plan HeadsAsColumnsPlan(int kv_heads_per_cta) {
   return plan;
 }
 
-// Four CTAs (16 warps) per SM for D <= 128, as many as 4 x 42 KB of shared memory allow (stages
+// How a CTA of two kv heads stages when four such CTAs still fit an SM's shared memory (D <= 128,
+// turbo2/3): 64 positions a chunk, two chunks deep, so that each warp takes a span of two
+// 16-position tiles: one softmax reduction for both, and two independent mma chains and decodes
+// to hide each other's latency (H200, dense decode of 32/8 heads at batch 32: 123.6 -> 111.5 us;
+// sparse decode at batch 128: 139 -> 121.4). Otherwise, and for one kv head, kChunk position-heads
+// a chunk, kStages deep.
+template <int kHeadDim, int kVBits, int kKvHeads>
+inline constexpr bool kColumnSpans =
+    kKvHeads == 2 &&
+    4 * (kSharedBytes<kHeadDim, kVBits, 2, 64, 2> + kCtaReservedSharedBytes) <= kSmSharedBytes;
+template <int kHeadDim, int kVBits, int kKvHeads>
+inline constexpr int kColumnPositions =
+    kColumnSpans<kHeadDim, kVBits, kKvHeads> ? 64 : kChunk / kKvHeads;
+template <int kHeadDim, int kVBits, int kKvHeads>
+inline constexpr int kColumnDepth = kColumnSpans<kHeadDim, kVBits, kKvHeads> ? 2 : kStages;
+template <int kHeadDim, int kVBits, int kKvHeads>
+inline constexpr int kColumnSharedBytes =
+    kSharedBytes<kHeadDim, kVBits, kKvHeads, kColumnPositions<kHeadDim, kVBits, kKvHeads>,
+                 kColumnDepth<kHeadDim, kVBits, kKvHeads>>;
+
+// Four CTAs (16 warps) per SM for D <= 128, as many as 4 x 42-53 KB of shared memory allow (stages
 // and the ring of row addresses): up to 128 registers. Warp w takes kv head w / kWarpsPerHead of
-// the CTA's kKvHeads and, of each staged chunk, the 16-position tile w % kWarpsPerHead.
+// the CTA's kKvHeads and, of each staged chunk, the span of kSpan 16-position tiles
+// w % kWarpsPerHead.
 template <int kHeadDim, int kVBits, bool kSparse, int kKvHeads>
 __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
     HeadsAsColumnsKernel(AttentionParams p, PositionSource src, Plan plan, float* parts) {
-  using St = Stage<kHeadDim, kVBits, kKvHeads>;
+  constexpr int kPositions = kColumnPositions<kHeadDim, kVBits, kKvHeads>;
+  constexpr int kDepth = kColumnDepth<kHeadDim, kVBits, kKvHeads>;
+  using Stream = ChunkStream<kHeadDim, kVBits, kSparse, kKvHeads, kPositions, kDepth>;
+  using St = typename Stream::St;
   constexpr int kSteps = kHeadDim / 16;  // k-steps of K·Qᵀ, and m-tiles of Vᵀ·Pᵀ
   constexpr int kWarpsPerHead = kWarps / kKvHeads;
+  constexpr int kSpan = kPositions / (kWarpsPerHead * kTile);  // tiles a warp takes of a chunk
+  static_assert(kSpan * kWarpsPerHead * kTile == kPositions);
   extern __shared__ __align__(16) uint8_t smem[];
-  const __half2* pair_levels = StartPartsKernel<kHeadDim, kVBits, kKvHeads>(smem);
+  const __half2* pair_levels =
+      StartPartsKernel<kHeadDim, kVBits, kKvHeads, kPositions, kDepth>(smem);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
@@ -67,71 +95,93 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
 #pragma unroll
   for (int j = 0; j < kSteps; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
-  ChunkStream<kHeadDim, kVBits, kSparse, kKvHeads> stream(p, src, plan.splits, split, seq,
-                                                          first_kv_head, smem);
+  Stream stream(p, src, plan.splits, split, seq, first_kv_head, smem);
   stream.ForEach([&](const St& st) {
-    const int base = (warp % kWarpsPerHead) * kTile;
-    // Sᵀ = K·Qᵀ: rows are positions base + g and base + g + 8. Two accumulators (even and odd
-    // k-steps) halve the dependent mma chain.
-    float s_acc[4] = {0.0f, 0.0f, 0.0f, 0.0f}, s_odd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const int base = (warp % kWarpsPerHead) * kSpan * kTile;
+    // Sᵀ = K·Qᵀ per tile u: rows are positions base + 16u + g and + 8. Two accumulators (even
+    // and odd k-steps) halve each dependent mma chain.
+    float s_acc[kSpan][4], s_odd[kSpan][4];
     const int k_byte = head * St::kKHead + t * (kHeadDim / 4);
 #pragma unroll
-    for (int s = 0; s < kSteps; s += 4) {
-      const uint4 w0 = *reinterpret_cast<const uint4*>(st.k + St::KByte(base, g, k_byte + 4 * s));
-      const uint4 w1 =
-          *reinterpret_cast<const uint4*>(st.k + St::KByte(base, g + 8, k_byte + 4 * s));
-      const uint32_t k0[4] = {w0.x, w0.y, w0.z, w0.w}, k1[4] = {w1.x, w1.y, w1.z, w1.w};
+    for (int u = 0; u < kSpan; ++u) {
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        uint32_t a[4];  // (position g, dims 2t..), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)
-        mma::E4m3x4ToHalf2x2(k0[q], &a[0], &a[2]);
-        mma::E4m3x4ToHalf2x2(k1[q], &a[1], &a[3]);
-        mma::MmaF16(q % 2 ? s_odd : s_acc, a, qb[s + q][0], qb[s + q][1]);
+      for (int i = 0; i < 4; ++i) s_acc[u][i] = s_odd[u][i] = 0.0f;
+      const int row = base + u * kTile;
+#pragma unroll
+      for (int s = 0; s < kSteps; s += 4) {
+        const uint4 w0 = *reinterpret_cast<const uint4*>(st.k + St::KByte(row, g, k_byte + 4 * s));
+        const uint4 w1 =
+            *reinterpret_cast<const uint4*>(st.k + St::KByte(row, g + 8, k_byte + 4 * s));
+        const uint32_t k0[4] = {w0.x, w0.y, w0.z, w0.w}, k1[4] = {w1.x, w1.y, w1.z, w1.w};
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+          uint32_t
+              a[4];  // (position g, dims 2t..), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)
+          mma::E4m3x4ToHalf2x2(k0[q], &a[0], &a[2]);
+          mma::E4m3x4ToHalf2x2(k1[q], &a[1], &a[3]);
+          mma::MmaF16(q % 2 ? s_odd[u] : s_acc[u], a, qb[s + q][0], qb[s + q][1]);
+        }
       }
     }
-    // Online softmax down the columns: c0, c1 = (position g, heads 2t, 2t + 1); c2, c3 = g + 8.
-    const bool valid0 = st.slots[base + g] >= 0, valid1 = st.slots[base + g + 8] >= 0;
-    float sc[4];
-    sc[0] = valid0 ? (s_acc[0] + s_odd[0]) * qk_scale : -INFINITY;
-    sc[1] = valid0 ? (s_acc[1] + s_odd[1]) * qk_scale : -INFINITY;
-    sc[2] = valid1 ? (s_acc[2] + s_odd[2]) * qk_scale : -INFINITY;
-    sc[3] = valid1 ? (s_acc[3] + s_odd[3]) * qk_scale : -INFINITY;
+    // Online softmax down the columns over the span: c0, c1 = (position g, heads 2t, 2t + 1);
+    // c2, c3 = g + 8.
+    float sc[kSpan][4];
+    float tile_max[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+    for (int u = 0; u < kSpan; ++u) {
+      const bool valid0 = st.slots[base + u * kTile + g] >= 0;
+      const bool valid1 = st.slots[base + u * kTile + g + 8] >= 0;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        sc[u][i] = (i < 2 ? valid0 : valid1) ? (s_acc[u][i] + s_odd[u][i]) * qk_scale : -INFINITY;
+      }
+      tile_max[0] = fmaxf(tile_max[0], fmaxf(sc[u][0], sc[u][2]));
+      tile_max[1] = fmaxf(tile_max[1], fmaxf(sc[u][1], sc[u][3]));
+    }
     float factor[2], m_use[2];
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      float tile_max = fmaxf(sc[h], sc[h + 2]);
 #pragma unroll
       for (int offset = 4; offset < 32; offset *= 2)
-        tile_max = fmaxf(tile_max, __shfl_xor_sync(0xFFFFFFFFu, tile_max, offset));
-      factor[h] = FoldTileMax(m[h], tile_max, &m_use[h]);
+        tile_max[h] = fmaxf(tile_max[h], __shfl_xor_sync(0xFFFFFFFFu, tile_max[h], offset));
+      factor[h] = FoldTileMax(m[h], tile_max[h], &m_use[h]);
     }
-    float pr[4];
+    float pr[kSpan][4];
     bool needed = false;
+    l[0] *= factor[0];
+    l[1] *= factor[1];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      pr[i] = Exp2Ftz(sc[i] - m_use[i % 2]);
-      needed |= real[i % 2] && pr[i] > tau;
+    for (int u = 0; u < kSpan; ++u) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        pr[u][i] = Exp2Ftz(sc[u][i] - m_use[i % 2]);
+        needed |= real[i % 2] && pr[u][i] > tau;
+      }
+      l[0] += pr[u][0] + pr[u][2];
+      l[1] += pr[u][1] + pr[u][3];
     }
-    l[0] = l[0] * factor[0] + pr[0] + pr[2];
-    l[1] = l[1] * factor[1] + pr[1] + pr[3];
     RescaleIfMaxMoved(acc, {factor[0], factor[1], factor[0], factor[1]});  // columns 2t, 2t + 1
-    if (SkipsValues(tau, needed, p.skipped_tiles)) return;
-    // Pᵀ: b0 = (positions 2t, 2t + 1; head g), b1 = (positions 2t + 8, 2t + 9; head g).
-    const uint32_t pb0 = mma::Transpose8x8(mma::PackHalf2(pr[0], pr[1]));
-    const uint32_t pb1 = mma::Transpose8x8(mma::PackHalf2(pr[2], pr[3]));
-    // Vᵀ of positions 2t, 2t + 1 (k = 0, 1) and 2t + 8, 2t + 9 (k = 8, 9), dims [g·D/8, (g+1)·D/8).
-    uint32_t v[2][kHeadDim / 8];
+    if (SkipsValues(tau, needed, p.skipped_tiles, kSpan)) return;
 #pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int i = base + half * 8 + 2 * t;
-      DecodeValuePair<kHeadDim, kVBits>(st.v + i * St::kVRow + head * St::kVHead,
-                                        st.s + i * St::kSRow + head * St::kSHead, St::kVRow,
-                                        St::kSRow, g, pair_levels, v[half]);
-    }
+    for (int u = 0; u < kSpan; ++u) {
+      // Pᵀ: b0 = (positions 2t, 2t + 1; head g), b1 = (positions 2t + 8, 2t + 9; head g).
+      const uint32_t pb0 = mma::Transpose8x8(mma::PackHalf2(pr[u][0], pr[u][1]));
+      const uint32_t pb1 = mma::Transpose8x8(mma::PackHalf2(pr[u][2], pr[u][3]));
+      // Vᵀ of positions 2t, 2t + 1 (k = 0, 1) and 2t + 8, 2t + 9 (k = 8, 9) of the tile, dims
+      // [g·D/8, (g+1)·D/8).
+      uint32_t v[2][kHeadDim / 8];
 #pragma unroll
-    for (int j = 0; j < kSteps; ++j) {
-      const uint32_t a[4] = {v[0][2 * j], v[0][2 * j + 1], v[1][2 * j], v[1][2 * j + 1]};
-      mma::MmaF16(acc[j], a, pb0, pb1);
+      for (int half = 0; half < 2; ++half) {
+        const int i = base + u * kTile + half * 8 + 2 * t;
+        DecodeValuePair<kHeadDim, kVBits>(st.v + i * St::kVRow + head * St::kVHead,
+                                          st.s + i * St::kSRow + head * St::kSHead, St::kVRow,
+                                          St::kSRow, g, pair_levels, v[half]);
+      }
+#pragma unroll
+      for (int j = 0; j < kSteps; ++j) {
+        const uint32_t a[4] = {v[0][2 * j], v[0][2 * j + 1], v[1][2 * j], v[1][2 * j + 1]};
+        mma::MmaF16(acc[j], a, pb0, pb1);
+      }
     }
   });
 

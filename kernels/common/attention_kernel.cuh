@@ -113,7 +113,8 @@ struct PartsKernel {
   int shared_bytes = 0;
   HeadLayout layout = HeadLayout::kColumns;
   int kv_heads_per_cta = 1;
-  int resident = 0;  // CTAs per SM
+  int chunk_positions = 0;  // positions of a staged chunk
+  int resident = 0;         // CTAs per SM
   cudaError_t setup = cudaSuccess;
   // Whether a CTA that is its heads' only part writes their outputs (the plain heads-as-rows
   // kernel's shared memory holds no room for them).
@@ -127,13 +128,16 @@ const PartsKernel& PartsKernelFor() {
     PartsKernel k;
     if constexpr (kLayout == HeadLayout::kColumns) {
       k.kernel = HeadsAsColumnsKernel<kHeadDim, kVBits, kSparse, kKvHeads>;
-      k.shared_bytes = kSharedBytes<kHeadDim, kVBits, kKvHeads>;
+      k.shared_bytes = kColumnSharedBytes<kHeadDim, kVBits, kKvHeads>;
+      k.chunk_positions = kColumnPositions<kHeadDim, kVBits, kKvHeads>;
     } else if constexpr (kLayout == HeadLayout::kRows) {
       k.kernel = HeadsAsRowsKernel<kHeadDim, kVBits, kSparse>;
       k.shared_bytes = kSharedBytes<kHeadDim, kVBits, 1>;
+      k.chunk_positions = kChunk;
     } else {
       k.kernel = HeadsAsRowsDecodedKernel<kHeadDim, kVBits, kSparse>;
       k.shared_bytes = kDecodedSharedBytes<kHeadDim, kVBits>;
+      k.chunk_positions = kChunk;
     }
     k.layout = kLayout;
     k.kv_heads_per_cta = kKvHeads;
@@ -157,8 +161,7 @@ const PartsKernel& PartsKernelFor() {
 inline Plan PlanFor(const AttentionParams& p, const PartsKernel& k, int positions) {
   Plan plan = k.layout == HeadLayout::kColumns ? HeadsAsColumnsPlan(k.kv_heads_per_cta)
                                                : HeadsAsRowsPlan(p);
-  const int chunk_positions = kChunk / plan.kv_heads_per_cta;
-  const int chunks = (positions + chunk_positions - 1) / chunk_positions;
+  const int chunks = (positions + k.chunk_positions - 1) / k.chunk_positions;
   plan.chunks = chunks;
   // A CTA covering several head tiles stages each K/V chunk once for all of them; but when even
   // one chunk a CTA would leave SMs idle (a batch of one with 128 heads a kv head), CTAs of fewer
@@ -172,13 +175,12 @@ inline Plan PlanFor(const AttentionParams& p, const PartsKernel& k, int position
   return plan;
 }
 
-// Chunks a heads-as-columns CTA of two kv heads must get, or it covers one. Two kv heads a CTA
-// read each position's pair of rows as one (fewer L2 requests per byte), but halve the positions
-// of a chunk, so a launch of few sequences splits them over twice the CTAs, each with its fixed
-// cost, and leaves the combining kernel twice the parts: sparse decode of 2,048 positions at
-// batch 1 took 14.4 us instead of 12.2 with one chunk a CTA. (Four kv heads a CTA, in chunks of
-// 16 positions, measured slower than two everywhere on the H200.)
-inline constexpr int kMinChunksForTwoKvHeads = 4;
+// Positions a heads-as-columns CTA of two kv heads must get, or it covers one. Two kv heads a CTA
+// read each position's pair of rows as one (fewer L2 requests per byte), but a launch of few
+// sequences then has half the CTAs a kv head, each with more positions: sparse decode of 2,048
+// positions at batch 1 took 14.4 us instead of 12.2 with one kv head a CTA. (Four kv heads a CTA,
+// in chunks of 16 positions, measured slower than two everywhere on the H200.)
+inline constexpr int kMinPositionsForTwoKvHeads = 128;
 
 // Calls f(kernel, its plan, IntConstant<head_dim>) for the kernel that serves p, or names what is
 // missing. `positions` bounds a sequence's positions (max_seq_len, or topk).
@@ -207,7 +209,8 @@ LaunchStatus WithPartsKernel(const AttentionParams& p, int positions, F&& f) {
     if (c.num_kv_heads % 2 == 0) {
       const PartsKernel& two = PartsKernelFor<kD, kBits, kSparse, HeadLayout::kColumns, 2>();
       const Plan plan = PlanFor(p, two, positions);
-      if ((plan.chunks + plan.splits - 1) / plan.splits >= kMinChunksForTwoKvHeads) {
+      if ((plan.chunks + plan.splits - 1) / plan.splits * two.chunk_positions >=
+          kMinPositionsForTwoKvHeads) {
         return f(two, plan, head_dim);
       }
     }

@@ -31,6 +31,9 @@ inline constexpr int kTile = 16;               // positions one warp takes at a 
 inline constexpr int kChunk = kWarps * kTile;  // position-heads staged in shared memory per step
 inline constexpr int kStages = 3;              // cp.async pipeline depth
 inline constexpr float kLog2e = 1.4426950408889634f;
+// Shared memory of an sm_90 SM, and what the hardware reserves of it for each resident CTA.
+inline constexpr int kSmSharedBytes = 228 * 1024;
+inline constexpr int kCtaReservedSharedBytes = 1024;
 
 // 2^x for softmax weights (x <= 0 in practice): one MUFU.EX2, results below 2^-126 flush to 0
 // (exp2f adds a range check and two multiplies per call to keep them).
@@ -118,16 +121,18 @@ KVP_HD int PermutedRowByte(int first, int r, int byte) {
   return (first + r) * kRow + (byte ^ ((r & kSwizzle) << 4));
 }
 
-// Shared-memory layout of one pipeline stage of kKvHeads kv heads: per position a K row, a V code
-// row and a V scale row, each holding the heads side by side as the cache does. Rows are not
-// padded: a copy whose shared-memory destination straddles two 32-byte pieces costs the L2 twice
-// (16-byte padding of K rows made the L2 deliver 1.5 times K's bytes). K's 16-byte chunks are
-// permuted instead (KByte), which keeps its reads free of bank conflicts. What the consumer gets:
-// the rows, and which positions are real.
-template <int kHeadDim, int kVBits, int kKvHeads>
+// Shared-memory layout of one pipeline stage of kPositions positions of kKvHeads kv heads (kChunk
+// position-heads unless a kernel says otherwise): per position a K row, a V code row and a V scale
+// row, each holding the heads side by side as the cache does. Rows are not padded: a copy whose
+// shared-memory destination straddles two 32-byte pieces costs the L2 twice (16-byte padding of K
+// rows made the L2 deliver 1.5 times K's bytes). K's 16-byte chunks are permuted instead (KByte),
+// which keeps its reads free of bank conflicts. What the consumer gets: the rows, and which
+// positions are real.
+template <int kHeadDim, int kVBits, int kKvHeads, int kPositionsN = kChunk / kKvHeads>
 struct Stage {
   static_assert(kKvHeads == 1 || kKvHeads == 2);
-  static constexpr int kPositions = kChunk / kKvHeads;
+  static constexpr int kPositions = kPositionsN;
+  static_assert(kPositions % kTile == 0);
   static constexpr int kKHead = kHeadDim;  // bytes of one head in a row
   static constexpr int kVHead = kHeadDim * kVBits / 8;
   static constexpr int kSHead = kHeadDim / 16;
@@ -156,25 +161,28 @@ struct Stage {
 // The rows of the chunks being staged: per position its slot in its block (-1 = masked) and the
 // addresses of its K, V and V-scale rows, bit 0 set when masked (rows are 4-byte aligned). A ring
 // one longer than the stages, so the slot written for a future chunk is never one that a warp may
-// still read.
-inline constexpr int kMetaSlots = kStages + 1;
-inline constexpr int kMetaSlotBytes = kChunk * (4 + 3 * 8);  // int32 slot[kChunk], row[3][kChunk]
-inline constexpr int kMetaBytes = kMetaSlots * kMetaSlotBytes;
+// still read: int32 slot[kPositions], then row[3][kPositions].
+template <int kPositions>
+inline constexpr int kMetaSlotBytes = kPositions*(4 + 3 * 8);
 
-// The stages, the position ring, then the f16 level pairs of the codebook.
-template <int kHeadDim, int kVBits, int kKvHeads>
+// The stages (kDepth of them), the position ring, then the f16 level pairs of the codebook.
+template <int kHeadDim, int kVBits, int kKvHeads, int kPositions = kChunk / kKvHeads,
+          int kDepth = kStages>
 inline constexpr int kPairLevelsOffset =
-    kStages* Stage<kHeadDim, kVBits, kKvHeads>::kBytes + kMetaBytes;
+    kDepth* Stage<kHeadDim, kVBits, kKvHeads, kPositions>::kBytes +
+    (kDepth + 1) * kMetaSlotBytes<kPositions>;
 // (max, sum, acc[D]) of one q head, in floats: one row of the merge area and of a part.
 template <int kHeadDim>
 inline constexpr int kRowFloats = kHeadDim + 2;
 // After the last chunk a CTA merges its warps' results in the same shared memory: up to 64 rows.
 template <int kHeadDim>
 inline constexpr int kMergeBytes = 64 * kRowFloats<kHeadDim> * 4;
-template <int kHeadDim, int kVBits, int kKvHeads>
+template <int kHeadDim, int kVBits, int kKvHeads, int kPositions = kChunk / kKvHeads,
+          int kDepth = kStages>
 inline constexpr int kSharedBytes =
-    kPairLevelsOffset<kHeadDim, kVBits, kKvHeads> + (4 << (2 * kVBits)) > kMergeBytes<kHeadDim>
-        ? kPairLevelsOffset<kHeadDim, kVBits, kKvHeads> + (4 << (2 * kVBits))
+    kPairLevelsOffset<kHeadDim, kVBits, kKvHeads, kPositions, kDepth> + (4 << (2 * kVBits)) >
+            kMergeBytes<kHeadDim>
+        ? kPairLevelsOffset<kHeadDim, kVBits, kKvHeads, kPositions, kDepth> + (4 << (2 * kVBits))
         : kMergeBytes<kHeadDim>;
 
 // `pair_levels[c0 | c1 << N]` = (level c0, level c1) as f16: fills it with the CTA's threads.
@@ -189,10 +197,11 @@ __device__ __forceinline__ void FillPairLevels(__half2* pair_levels) {
 // How both parts kernels begin: the codebook's pair table into shared memory (no global access,
 // so while the kernel before may still run), then the wait for that kernel (the positions of
 // top-k, and the workspace the combining kernel may still read). Returns the table.
-template <int kHeadDim, int kVBits, int kKvHeads>
+template <int kHeadDim, int kVBits, int kKvHeads, int kPositions = kChunk / kKvHeads,
+          int kDepth = kStages>
 __device__ __forceinline__ const __half2* StartPartsKernel(uint8_t* smem) {
-  __half2* pair_levels =
-      reinterpret_cast<__half2*>(smem + kPairLevelsOffset<kHeadDim, kVBits, kKvHeads>);
+  __half2* pair_levels = reinterpret_cast<__half2*>(
+      smem + kPairLevelsOffset<kHeadDim, kVBits, kKvHeads, kPositions, kDepth>);
   FillPairLevels<kVBits>(pair_levels);
   LetDependentsLaunch();
   WaitForPredecessor();
@@ -282,12 +291,14 @@ __device__ __forceinline__ void DecodeValuePair(const uint8_t* vdata0, const uin
 // Consecutive threads copy consecutive pieces of a row, so one warp-wide copy covers whole
 // 128-byte lines (one L2 request each) rather than a sector of 16 different lines. Block sizes are
 // powers of two (PoolSpec), so a slot is a mask.
-template <int kHeadDim, int kVBits, bool kSparse, int kKvHeads>
+template <int kHeadDim, int kVBits, bool kSparse, int kKvHeads, int kPositionsN = kChunk / kKvHeads,
+          int kDepth = kStages>
 class ChunkStream {
  public:
-  using St = Stage<kHeadDim, kVBits, kKvHeads>;
+  using St = Stage<kHeadDim, kVBits, kKvHeads, kPositionsN>;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kPositions = St::kPositions;
+  static constexpr int kMetaSlots = kDepth + 1;
   static_assert(kPositions <= kThreads, "one thread per position loads the chunk's positions");
 
   __device__ ChunkStream(const AttentionParams& p, const PositionSource& src, int splits, int split,
@@ -328,24 +339,24 @@ class ChunkStream {
     const bool loader = threadIdx.x < kPositions;
     if (loader) {
 #pragma unroll
-      for (int s = 0; s < kStages; ++s) {
+      for (int s = 0; s < kDepth; ++s) {
         const int32_t pos = PositionOf(chunk_begin_ + s);
         SetMeta(s, pos, BlockOf(pos));
       }
     }
     __syncthreads();
 #pragma unroll
-    for (int s = 0; s < kStages - 1; ++s) {
+    for (int s = 0; s < kDepth - 1; ++s) {
       if (chunk_begin_ + s < chunk_end_) Issue(s, s);
       cp_async::Commit();
     }
-    int read_stage = 0, write_stage = kStages - 1;
-    int read_meta = 0, issue_meta = kStages - 1, fill_meta = kStages;
-    int32_t later_pos = loader ? PositionOf(chunk_begin_ + kStages) : -1;
+    int read_stage = 0, write_stage = kDepth - 1;
+    int read_meta = 0, issue_meta = kDepth - 1, fill_meta = kDepth;
+    int32_t later_pos = loader ? PositionOf(chunk_begin_ + kDepth) : -1;
     for (int chunk = chunk_begin_; chunk < chunk_end_; ++chunk) {
-      cp_async::Wait<kStages - 2>();
+      cp_async::Wait<kDepth - 2>();
       __syncthreads();  // chunk is staged, and every warp is done with the stage refilled next
-      if (chunk + kStages - 1 < chunk_end_) Issue(write_stage, issue_meta);
+      if (chunk + kDepth - 1 < chunk_end_) Issue(write_stage, issue_meta);
       cp_async::Commit();
       // Block ids of a later chunk (whose positions arrived during the last chunk) and the
       // positions of the one after, in flight while this one computes.
@@ -353,13 +364,13 @@ class ChunkStream {
       int32_t fill_block = 0;
       if (loader) {
         fill_block = BlockOf(fill_pos);
-        later_pos = PositionOf(chunk + kStages + 1);
+        later_pos = PositionOf(chunk + kDepth + 1);
       }
       const uint8_t* st = smem_ + read_stage * St::kBytes;
       consume(St{st, st + St::kKBytes, st + St::kKBytes + St::kVBytes, MetaSlots(read_meta)});
       if (loader) SetMeta(fill_meta, fill_pos, fill_block);
-      read_stage = Next(read_stage, kStages);
-      write_stage = Next(write_stage, kStages);
+      read_stage = Next(read_stage, kDepth);
+      write_stage = Next(write_stage, kDepth);
       read_meta = Next(read_meta, kMetaSlots);
       issue_meta = Next(issue_meta, kMetaSlots);
       fill_meta = Next(fill_meta, kMetaSlots);
@@ -371,13 +382,14 @@ class ChunkStream {
   __device__ static int Next(int i, int n) { return i + 1 == n ? 0 : i + 1; }
 
   __device__ int32_t* MetaSlots(int meta) const {
-    return reinterpret_cast<int32_t*>(smem_ + kStages * St::kBytes + meta * kMetaSlotBytes);
+    return reinterpret_cast<int32_t*>(smem_ + kDepth * St::kBytes +
+                                      meta * kMetaSlotBytes<kPositions>);
   }
   // Row addresses of section `section` (0 K, 1 V, 2 V scales) in ring slot `meta`.
   __device__ uintptr_t* MetaRows(int meta, int section) const {
-    return reinterpret_cast<uintptr_t*>(smem_ + kStages * St::kBytes + meta * kMetaSlotBytes +
-                                        kChunk * 4) +
-           section * kChunk;
+    return reinterpret_cast<uintptr_t*>(smem_ + kDepth * St::kBytes +
+                                        meta * kMetaSlotBytes<kPositions> + kPositions * 4) +
+           section * kPositions;
   }
   // Records position threadIdx.x of a chunk (in block `block`) in ring slot `meta`.
   __device__ void SetMeta(int meta, int32_t pos, int32_t block) const {
