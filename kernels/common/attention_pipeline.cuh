@@ -3,10 +3,12 @@
 // fragments, and how a CTA's warps merge into one partial result.
 //
 // A CTA takes (sequence, one kv head or two consecutive ones, a group of q heads, split of the
-// positions). All its threads stage 64 position-heads at a time (K, V codes, V scales: 64
-// positions of one kv head or 32 of two) into shared memory with cp.async, three stages deep
-// (positions and block ids are loaded an iteration ahead, so a copy never waits on a dependent load
-// of the block table or of the top-k indices). A cache row holds a position's heads side by side,
+// positions). All its threads stage a chunk of positions at a time (K, V codes, V scales) into
+// shared memory with cp.async, a few chunks deep: by default 64 position-heads (64 positions of
+// one kv head or 32 of two), three deep; a kernel may stage more positions, less deep (the
+// heads-as-columns kernel: 64 positions of two kv heads, two deep). Positions and block ids are
+// loaded an iteration ahead, so a copy never waits on a dependent load of the block table or of
+// the top-k indices. A cache row holds a position's heads side by side,
 // so two kv heads a CTA read it in longer pieces: fewer L2 requests per byte, and fewer 32-byte
 // sectors that two CTAs both read for their parts of it (V rows of 48 bytes). The L2 is what
 // limits the staging on an H200: alone, it streamed at 76% of copy bandwidth with one kv head a
@@ -28,8 +30,8 @@ namespace kvp::attention {
 
 inline constexpr int kWarps = 4;
 inline constexpr int kTile = 16;               // positions one warp takes at a time
-inline constexpr int kChunk = kWarps * kTile;  // position-heads staged in shared memory per step
-inline constexpr int kStages = 3;              // cp.async pipeline depth
+inline constexpr int kChunk = kWarps * kTile;  // position-heads a chunk, by default
+inline constexpr int kStages = 3;              // chunks staged at once, by default
 inline constexpr float kLog2e = 1.4426950408889634f;
 // Shared memory of an sm_90 SM, and what the hardware reserves of it for each resident CTA.
 inline constexpr int kSmSharedBytes = 228 * 1024;
@@ -163,7 +165,7 @@ struct Stage {
 // one longer than the stages, so the slot written for a future chunk is never one that a warp may
 // still read: int32 slot[kPositions], then row[3][kPositions].
 template <int kPositions>
-inline constexpr int kMetaSlotBytes = kPositions*(4 + 3 * 8);
+inline constexpr int kMetaSlotBytes = (4 + 3 * 8) * kPositions;
 
 // The stages (kDepth of them), the position ring, then the f16 level pairs of the codebook.
 template <int kHeadDim, int kVBits, int kKvHeads, int kPositions = kChunk / kKvHeads,
