@@ -178,8 +178,9 @@ inline Plan PlanFor(const AttentionParams& p, const PartsKernel& k, int position
 // Positions a heads-as-columns CTA of two kv heads must get, or it covers one. Two kv heads a CTA
 // read each position's pair of rows as one (fewer L2 requests per byte), but a launch of few
 // sequences then has half the CTAs a kv head, each with more positions: sparse decode of 2,048
-// positions at batch 1 took 14.4 us instead of 12.2 with one kv head a CTA. (Four kv heads a CTA,
-// in chunks of 16 positions, measured slower than two everywhere on the H200.)
+// positions at batch 1 took 14.4 us instead of 12.2 with one kv head a CTA, and with two tiles a
+// warp still 11.5 instead of 11.0 (64 positions a CTA). (Four kv heads a CTA, in chunks of 16
+// positions, measured slower than two everywhere on the H200.)
 inline constexpr int kMinPositionsForTwoKvHeads = 128;
 
 // Calls f(kernel, its plan, IntConstant<head_dim>) for the kernel that serves p, or names what is
