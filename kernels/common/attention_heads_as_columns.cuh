@@ -33,15 +33,18 @@ inline Plan HeadsAsColumnsPlan(int kv_heads_per_cta) {
 // to hide each other's latency (H200, dense decode of 32/8 heads at batch 32: 123.6 -> 111.5 us;
 // sparse decode at batch 128: 139 -> 121.4). Otherwise, and for one kv head, kChunk position-heads
 // a chunk, kStages deep.
+inline constexpr int kSpanPositions = 64, kSpanDepth = 2, kSpanCtasPerSm = 4;
 template <int kHeadDim, int kVBits, int kKvHeads>
 inline constexpr bool kColumnSpans =
     kKvHeads == 2 &&
-    4 * (kSharedBytes<kHeadDim, kVBits, 2, 64, 2> + kCtaReservedSharedBytes) <= kSmSharedBytes;
+    (kSharedBytes<kHeadDim, kVBits, 2, kSpanPositions, kSpanDepth> + kCtaReservedSharedBytes) *
+            kSpanCtasPerSm
+        <= kSmSharedBytes;
 template <int kHeadDim, int kVBits, int kKvHeads>
 inline constexpr int kColumnPositions =
-    kColumnSpans<kHeadDim, kVBits, kKvHeads> ? 64 : kChunk / kKvHeads;
+    kColumnSpans<kHeadDim, kVBits, kKvHeads> ? kSpanPositions : kChunk / kKvHeads;
 template <int kHeadDim, int kVBits, int kKvHeads>
-inline constexpr int kColumnDepth = kColumnSpans<kHeadDim, kVBits, kKvHeads> ? 2 : kStages;
+inline constexpr int kColumnDepth = kColumnSpans<kHeadDim, kVBits, kKvHeads> ? kSpanDepth : kStages;
 template <int kHeadDim, int kVBits, int kKvHeads>
 inline constexpr int kColumnSharedBytes =
     kSharedBytes<kHeadDim, kVBits, kKvHeads, kColumnPositions<kHeadDim, kVBits, kKvHeads>,
