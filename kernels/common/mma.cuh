@@ -1,4 +1,4 @@
-// Tensor-core helpers for the attention and indexer kernels (sm_80+ mma.sync, f16 inputs, f32
+// Tensor-core helpers for the attention kernels (sm_80+ mma.sync, f16 inputs, f32
 // accumulators). Fragment layouts of m16n8k16 (PTX ISA), with g = lane / 4 and t = lane % 4:
 //   A (16x16, row): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
 //   B (16x8, col):  b0 = (k 2t..2t+1, n g), b1 = (k 2t+8..2t+9, n g)
@@ -83,16 +83,6 @@ __device__ __forceinline__ void Bf16x4ToHalf2x2(const uint16_t* p, uint32_t* fir
   const uint2 w = *reinterpret_cast<const uint2*>(p);
   *first = Bf16x2ToHalf2(w.x);
   *second = Bf16x2ToHalf2(w.y);
-}
-
-// Eight consecutive bf16 at `p` (16-byte aligned) as four f16 pairs, in order.
-__device__ __forceinline__ void Bf16x8ToHalf2x4(const uint16_t* p, uint32_t* pairs) {
-  const uint4 w = *reinterpret_cast<const uint4*>(p);
-  const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    pairs[i] = Bf16x2ToHalf2(words[i]);
-  }
 }
 
 }  // namespace kvp::mma

@@ -4,10 +4,13 @@
 //
 // Register fragments (PTX ISA, "wgmma .m64nNk16"), g = lane / 4, t = lane % 4, warp w of the group:
 //   A (64x16, f16): rows 16w.., the m16n8k16 A fragment of mma.cuh per warp.
+//   A (64x32, E4M3): rows 16w..; a0 = (g, k 4t..4t+3), a1 = (g+8, 4t..), a2 = (g, 16+4t..),
+//                    a3 = (g+8, 16+4t..), four bytes a register, lower k in the lower byte.
 //   D (64xN, f32):  d[4j], d[4j + 1] = row 16w + g, columns 8j + 2t and 8j + 2t + 1;
 //                   d[4j + 2], d[4j + 3] = row 16w + g + 8, the same columns.
-// B (16xN) lives as N rows of K: row n holds its k values contiguously, 64 f16 (128 bytes) a row in
-// one swizzle atom of 8 rows (1024 bytes, 1024-byte aligned), atoms stacked 1024 bytes apart.
+// B (KxN) lives as N rows of K: row n holds its k values contiguously, 128 bytes (64 f16 or 128
+// E4M3) a row in one swizzle atom of 8 rows (1024 bytes, 1024-byte aligned), atoms stacked 1024
+// bytes apart; a k-step is 32 bytes of a row either way.
 #pragma once
 
 #include <cstdint>
@@ -80,6 +83,25 @@ __device__ __forceinline__ void MmaM64N64K16(float (&d)[32], const uint32_t (&a)
       "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
       "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
       "{%32, %33, %34, %35}, %36, acc, 1, 1, 0;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_descriptor),
+        "r"(static_cast<uint32_t>(accumulate)));
+}
+
+// d (64x64 f32) = a · B (+ d when `accumulate`), k = 32 E4M3: a from registers, B by descriptor.
+// The tensor cores sum FP8 products in about 13 mantissa bits (e4m3_split.cuh).
+__device__ __forceinline__ void MmaM64N64K32E4m3(float (&d)[32], const uint32_t (&a)[4],
+                                                 uint64_t b_descriptor, bool accumulate) {
+  asm volatile(
+      "{\n .reg .pred acc;\n setp.ne.u32 acc, %37, 0;\n"
+      " wgmma.mma_async.sync.aligned.m64n64k32.f32.e4m3.e4m3 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
+      "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+      "{%32, %33, %34, %35}, %36, acc, 1, 1;\n}\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
         "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
         "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),

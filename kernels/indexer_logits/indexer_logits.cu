@@ -3,17 +3,18 @@
 // copy of every cache block's keys and one of its scales (a chunk is 64 / block_size whole blocks),
 // counted on the stage's barrier; the table entries come 32 at a time, a window ahead.
 //
-// Per chunk, Sᵀ = K·Qᵀ is eight wgmma m64n64k16: the 64 positions are the rows of A, which each
-// warp converts from FP8 to f16 in registers (thread t takes 32 contiguous key bytes of a row, as
-// in attention), and the 64 heads' queries are B, converted once per CTA into shared memory in the
-// same k order. ReLU and the head weights apply to the accumulators; the heads of a row sit in one
-// quad, so two shuffles sum them, and the position's scale (positive, so it commutes with ReLU)
-// finishes the logit.
+// Per chunk, Sᵀ = K·Qᵀ is eight FP8 wgmma m64n64k32: the 64 positions are the rows of A, the key
+// bytes as the cache holds them, straight from shared memory into registers (thread t takes 32
+// contiguous key bytes of a row, as in attention), and the 64 heads' queries are B, split once per
+// CTA into two E4M3 parts whose sum is exact (e4m3_split.cuh): four wgmma for the low part, then
+// four for the high. ReLU and the head weights, each carrying its head's 2^-e, apply to the
+// accumulators; the heads of a row sit in one quad, so two shuffles sum them, and the position's
+// scale (positive, so it commutes with ReLU) finishes the logit.
 #include <cstdint>
 
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/dependent_launch.cuh"
-#include "kernels/common/mma.cuh"
+#include "kernels/common/e4m3_split.cuh"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/common/work_split.h"
 #include "kernels/indexer_logits/indexer_logits_launch.h"
@@ -24,17 +25,18 @@ namespace {
 constexpr int kThreads = 128;               // one warpgroup
 constexpr int kChunk = 64;                  // positions per pipeline step: the M of one wgmma
 constexpr int kStages = 4;                  // chunks in flight or being computed
-constexpr int kSteps = kIndexHeadDim / 16;  // k-steps of K·Qᵀ
-constexpr int kStepsPerAtom = wgmma::kSwizzleRowBytes / 32;  // a k-step is 16 f16 = 32 bytes
+constexpr int kSteps = kIndexHeadDim / 32;  // k-steps of K·Qᵀ: 32 E4M3 bytes each
+constexpr int kWords = kIndexHeadDim / 16;  // 4-byte words a thread takes of a key or query row
 static_assert(kIndexHeadDim == wgmma::kSwizzleRowBytes, "a query row is one swizzled row");
 static_assert(kIndexHeads == 64, "the heads are the N of one m64n64 wgmma");
 
 struct Shared {
-  // B: the queries as f16, head rows, k in the A fragments' order; k-steps 4a..4a+3 in queries[a].
-  uint8_t queries[kSteps / kStepsPerAtom][kIndexHeads * wgmma::kSwizzleRowBytes];
+  // B: the queries' high and low E4M3 parts, head rows, k in the A fragments' order (StageQueries).
+  uint8_t queries[2][kIndexHeads * wgmma::kSwizzleRowBytes];
   uint8_t keys[kStages][kChunk * kIndexHeadDim];  // the chunk's key rows, as in the cache
   float scales[kStages][kChunk];
-  uint64_t staged[kStages];  // completes when the stage's bytes have landed
+  float unscale[kIndexHeads];  // 2^-e of each head's split (e4m3_split.cuh)
+  uint64_t staged[kStages];    // completes when the stage's bytes have landed
 };
 // The wgmma operands need 1024-byte alignment; the launch adds that much slack to find it.
 constexpr int kSharedBytes = sizeof(Shared) + wgmma::kSwizzleAtomBytes;
@@ -68,31 +70,46 @@ class BlockFeed {
   int32_t current_, next_;
 };
 
-// Converts sequence `seq`'s queries to f16 B rows in shared memory, k in the order the A fragments
-// give the key dims: thread t of a quad holds dims [32t, 32t + 32) of its rows, 4 per k-step, so
-// the pair (k, k + 1) of step s (k even) is dims 32·((k % 8) / 2) + 4s + (k >= 8 ? 2 : 0), + 1.
-// Item i = n·4 + t converts dims [32t, 32t + 32) of head n.
+// Splits sequence `seq`'s queries into E4M3 B rows in shared memory, k in the order the A
+// fragments give the key dims: thread t of a quad holds bytes [32t, 32t + 32) of its rows as words
+// 0..7; step s takes words 2s (k = 4t..4t + 3) and 2s + 1 (k = 16 + 4t..), so dims 32t + 4w.. of a
+// head sit at bytes 16w + 4t of its row: 16-byte piece w gathers dims 4w.. + 32t for t = 0..3.
+// Thread 2n + h takes pieces 4h..4h + 3 of head n (dims 32t + 16h .. + 15, two 16-byte loads for
+// each t) and writes each piece of each part with one store; the head's two threads agree on its
+// scale.
 __device__ void StageQueries(Shared& sh, const IndexerLogitsParams& p, int seq) {
-  static_assert(kIndexHeads * 4 % kThreads == 0, "whole items a thread");
-  // A fixed count of items a thread, unrolled, so all of a thread's loads are in flight at once.
+  static_assert(kIndexHeads * 2 == kThreads, "two threads a head");
+  const int n = static_cast<int>(threadIdx.x) / 2, h = static_cast<int>(threadIdx.x) % 2;
+  const uint4* q =
+      reinterpret_cast<const uint4*>(p.index_q + (int64_t{seq} * kIndexHeads + n) * kIndexHeadDim);
+  uint32_t bf16[4][8];  // [t][word]: dims 32t + 16h + 2·word, + 1
 #pragma unroll
-  for (int i = 0; i < kIndexHeads * 4 / kThreads; ++i) {
-    const int item = static_cast<int>(threadIdx.x) + i * kThreads;
-    const int n = item / 4, t = item % 4;
-    const uint16_t* q = reinterpret_cast<const uint16_t*>(p.index_q) +
-                        (int64_t{seq} * kIndexHeads + n) * kIndexHeadDim + 32 * t;
+  for (int t = 0; t < 4; ++t) {
+    const uint4 lo = q[4 * t + 2 * h], hi = q[4 * t + 2 * h + 1];
+    const uint32_t words[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
 #pragma unroll
-    for (int step = 0; step < kSteps; step += 2) {  // 8 dims: steps `step` and `step` + 1
-      uint32_t pairs[4];
-      mma::Bf16x8ToHalf2x4(q + 4 * step, pairs);
+    for (int w = 0; w < 8; ++w) bf16[t][w] = words[w];
+  }
+  uint32_t amax_bits = e4m3_split::Bf16AbsMaxBits(&bf16[0][0], 32);
+  amax_bits = max(amax_bits, __shfl_xor_sync(0xFFFFFFFFu, amax_bits, 1));
+  const float amax = __uint_as_float(amax_bits);
+  const int e = e4m3_split::ScaleExponent(amax);
+  const float scale = e4m3_split::Pow2(e);
+  if (h == 0) sh.unscale[n] = e4m3_split::Pow2(-e);
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int s = step + i / 2, k = 2 * t + 8 * (i % 2);  // pairs[i] is (k, k + 1) of step s
-        uint8_t* atom = sh.queries[s / kStepsPerAtom];
-        *reinterpret_cast<uint32_t*>(
-            atom + wgmma::Swizzled128(n, (s % kStepsPerAtom) * 32 + 2 * k)) = pairs[i];
-      }
+  for (int piece = 0; piece < 4; ++piece) {  // piece 4h + piece: dims 32t + 16h + 4·piece ..
+    uint32_t hi[4], lo[4];
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      const uint32_t w0 = bf16[t][2 * piece], w1 = bf16[t][2 * piece + 1];
+      const float x[4] = {
+          __uint_as_float(w0 << 16) * scale, __uint_as_float(w0 & 0xFFFF0000u) * scale,
+          __uint_as_float(w1 << 16) * scale, __uint_as_float(w1 & 0xFFFF0000u) * scale};
+      e4m3_split::Split4(x, &hi[t], &lo[t]);
     }
+    const int at = wgmma::Swizzled128(n, 16 * (4 * h + piece));
+    *reinterpret_cast<uint4*>(sh.queries[0] + at) = make_uint4(hi[0], hi[1], hi[2], hi[3]);
+    *reinterpret_cast<uint4*>(sh.queries[1] + at) = make_uint4(lo[0], lo[1], lo[2], lo[3]);
   }
   wgmma::FenceSharedWrites();
 }
@@ -157,6 +174,12 @@ __global__ void __launch_bounds__(kThreads, 4)
     w[j][1] = hw[1];
   }
   StageQueries(sh, p, seq);
+  __syncthreads();  // the heads' unscale factors
+#pragma unroll
+  for (int j = 0; j < kIndexHeads / 8; ++j) {
+    w[j][0] *= sh.unscale[8 * j + 2 * t];
+    w[j][1] *= sh.unscale[8 * j + 2 * t + 1];
+  }
   const uint64_t queries = wgmma::SwizzledKMajorDescriptor(sh.queries[0]);
   float* out = p.logits + int64_t{seq} * p.logits_stride;
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
@@ -176,21 +199,20 @@ __global__ void __launch_bounds__(kThreads, 4)
     const uint4 r0b = *reinterpret_cast<const uint4*>(keys + 16);
     const uint4 r1a = *reinterpret_cast<const uint4*>(keys + 8 * kIndexHeadDim);
     const uint4 r1b = *reinterpret_cast<const uint4*>(keys + 8 * kIndexHeadDim + 16);
-    const uint32_t k0[kSteps] = {r0a.x, r0a.y, r0a.z, r0a.w, r0b.x, r0b.y, r0b.z, r0b.w};
-    const uint32_t k1[kSteps] = {r1a.x, r1a.y, r1a.z, r1a.w, r1b.x, r1b.y, r1b.z, r1b.w};
-    uint32_t a[kSteps][4];  // (row g, k 2t..), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)
-#pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      mma::E4m3x4ToHalf2x2(k0[s], &a[s][0], &a[s][2]);
-      mma::E4m3x4ToHalf2x2(k1[s], &a[s][1], &a[s][3]);
-    }
+    const uint32_t k0[kWords] = {r0a.x, r0a.y, r0a.z, r0a.w, r0b.x, r0b.y, r0b.z, r0b.w};
+    const uint32_t k1[kWords] = {r1a.x, r1a.y, r1a.z, r1a.w, r1b.x, r1b.y, r1b.z, r1b.w};
     float acc[32];
     wgmma::Fence();
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      const int offset =
-          (s / kStepsPerAtom) * int{sizeof(sh.queries[0])} + (s % kStepsPerAtom) * 32;
-      wgmma::MmaM64N64K16(acc, a[s], wgmma::AdvancedDescriptor(queries, offset), s > 0);
+    for (int part = 1; part >= 0; --part) {  // the queries' low, then high E4M3 part
+#pragma unroll
+      for (int s = 0; s < kSteps; ++s) {
+        // (row g, k 4t..), (g + 8, 4t..), (g, 16 + 4t..), (g + 8, 16 + 4t..)
+        const uint32_t a[4] = {k0[2 * s], k1[2 * s], k0[2 * s + 1], k1[2 * s + 1]};
+        const int offset = part * int{sizeof(sh.queries[0])} + 32 * s;
+        wgmma::MmaM64N64K32E4m3(acc, a, wgmma::AdvancedDescriptor(queries, offset),
+                                part == 0 || s > 0);
+      }
     }
     wgmma::Commit();
     wgmma::Wait<0>();
