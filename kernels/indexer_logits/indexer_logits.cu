@@ -184,15 +184,18 @@ __global__ void __launch_bounds__(kThreads, 4)
   float* out = p.logits + int64_t{seq} * p.logits_stride;
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     const int step = chunk - chunk_begin, stage = step % kStages;
-    __syncthreads();  // every warp is done with chunk - 1 (and the queries are staged)
+    __syncthreads();  // every warp is done with chunk - 1, whose stage is refilled below
     const int ahead = chunk + kStages - 1;
-    if (warp == 0 && ahead < chunk_end) stage_chunk(ahead, (step + kStages - 1) % kStages);
+    const bool stages_ahead = warp == 0 && ahead < chunk_end;
     if (chunk * kChunk >= len) {  // wholly past the end: -inf, nothing to compute
+      if (stages_ahead) stage_chunk(ahead, (step + kStages - 1) % kStages);
       const int32_t pos = chunk * kChunk + static_cast<int32_t>(threadIdx.x);
       if (threadIdx.x < kChunk && pos < p.logits_stride) out[pos] = -INFINITY;
       continue;
     }
     bulk::Wait(&sh.staged[stage], (step / kStages) & 1);
+    const int row = 16 * warp + g + 8 * t;  // the row whose logit this thread writes (t < 2)
+    const float scale = sh.scales[stage][row % kChunk];
     // A fragments of rows 16·warp + g and + 8: bytes [32t, 32t + 32) of each.
     const uint8_t* keys = sh.keys[stage] + (16 * warp + g) * kIndexHeadDim + 32 * t;
     const uint4 r0a = *reinterpret_cast<const uint4*>(keys);
@@ -215,6 +218,8 @@ __global__ void __launch_bounds__(kThreads, 4)
       }
     }
     wgmma::Commit();
+    // Warp 0 stages ahead while the tensor cores work, not before the wgmma the others wait on.
+    if (stages_ahead) stage_chunk(ahead, (step + kStages - 1) % kStages);
     wgmma::Wait<0>();
     wgmma::KeepAfterWait(acc);
     // Σ_h w_h · ReLU(s_h) of rows g and g + 8, two chains each.
@@ -233,11 +238,8 @@ __global__ void __launch_bounds__(kThreads, 4)
     float sum = even ? sum0[0] + sum0[1] : sum1[0] + sum1[1];
     sum += __shfl_xor_sync(0xFFFFFFFFu, even ? sum1[0] + sum1[1] : sum0[0] + sum0[1], 1);
     sum += __shfl_xor_sync(0xFFFFFFFFu, sum, 2);
-    const int row = 16 * warp + g + 8 * t;
     const int32_t pos = chunk * kChunk + row;
-    if (t < 2 && pos < p.logits_stride) {
-      out[pos] = pos < len ? sum * sh.scales[stage][row] : -INFINITY;
-    }
+    if (t < 2 && pos < p.logits_stride) out[pos] = pos < len ? sum * scale : -INFINITY;
   }
 }
 
