@@ -50,14 +50,15 @@ class BlockFeed {
     current_ = Entry(window_ + Lane());
     next_ = Entry(window_ + 32 + Lane());
   }
-  // Entry `index` + lane % per_chunk for every lane; `index` only grows, by at most 32 a call.
+  // Entry `index` + lane % per_chunk for every lane (per_chunk a power of two); `index` only grows,
+  // by at most 32 a call.
   __device__ int32_t Blocks(int index, int per_chunk) {
     if (index >= window_ + 32) {
       window_ += 32;
       current_ = next_;
       next_ = Entry(window_ + 32 + Lane());
     }
-    return __shfl_sync(0xFFFFFFFFu, current_, index - window_ + Lane() % per_chunk);
+    return __shfl_sync(0xFFFFFFFFu, current_, index - window_ + (Lane() & (per_chunk - 1)));
   }
 
  private:
@@ -133,8 +134,9 @@ __global__ void __launch_bounds__(kThreads, 4)
   LetDependentsLaunch();
   WaitForPredecessor();  // the queries, and the logits the kernel before may still read
   const int32_t len = p.seq_lens[seq];
-  const int block_size = p.cache.block_size;
-  const int blocks_per_chunk = kChunk / block_size;
+  // Block sizes are powers of two (PoolSpec): shifts and masks, no divisions on warp 0's path.
+  const int block_size = p.cache.block_size, block_shift = __ffs(block_size) - 1;
+  const int blocks_per_chunk = kChunk >> block_shift;
   __syncthreads();  // the barriers are initialized
 
   // Warp 0 stages chunk `chunk` into `stage`: the blocks holding positions before `len`, whole.
@@ -146,8 +148,8 @@ __global__ void __launch_bounds__(kThreads, 4)
   auto stage_chunk = [&](int chunk, int stage) {
     const int first = chunk * blocks_per_chunk;
     const int32_t block = feed.Blocks(first, blocks_per_chunk);
-    const int whole =
-        max(0, min(blocks_per_chunk, (len - first * block_size + block_size - 1) / block_size));
+    const int whole = max(
+        0, min(blocks_per_chunk, (len - (first << block_shift) + block_size - 1) >> block_shift));
     const uint32_t key_bytes = block_size * kIndexHeadDim, scale_bytes = block_size * 4;
     if (lane == 0) bulk::ArriveExpectingBytes(&sh.staged[stage], whole * (key_bytes + scale_bytes));
     __syncwarp();
