@@ -1,5 +1,5 @@
-// Tensor-core helpers for the attention kernels (sm_80+ mma.sync, f16 inputs, f32
-// accumulators). Fragment layouts of m16n8k16 (PTX ISA), with g = lane / 4 and t = lane % 4:
+// Tensor-core helpers for the attention kernels (sm_80+ mma.sync, f16 inputs, f32 accumulators).
+// Fragment layouts of m16n8k16 (PTX ISA), with g = lane / 4 and t = lane % 4:
 //   A (16x16, row): a0 = (g, 2t..2t+1), a1 = (g+8, 2t..), a2 = (g, 2t+8..), a3 = (g+8, 2t+8..)
 //   B (16x8, col):  b0 = (k 2t..2t+1, n g), b1 = (k 2t+8..2t+9, n g)
 //   C (16x8):       c0,c1 = (g, 2t..2t+1), c2,c3 = (g+8, 2t..2t+1)
