@@ -97,7 +97,7 @@ __device__ __forceinline__ void MmaM64N64K16(float (&d)[32], const uint32_t (&a)
 }
 
 // d (64x64 f32) = a · B (+ d when `accumulate`), k = 32 E4M3: a from registers, B by descriptor.
-// The tensor cores sum FP8 products in about 13 mantissa bits (e4m3_split.cuh).
+// The tensor cores sum FP8 products in about 13 mantissa bits (e4m3_split.h).
 __device__ __forceinline__ void MmaM64N64K32E4m3(float (&d)[32], const uint32_t (&a)[4],
                                                  uint64_t b_descriptor, bool accumulate) {
   asm volatile(

@@ -6,7 +6,7 @@
 // Per chunk, Sᵀ = K·Qᵀ is eight FP8 wgmma m64n64k32: the 64 positions are the rows of A, the key
 // bytes as the cache holds them, straight from shared memory into registers (thread t takes 32
 // contiguous key bytes of a row, as in attention), and the 64 heads' queries are B, split once per
-// CTA into two E4M3 parts whose sum is exact (e4m3_split.cuh): four wgmma for the low part, then
+// CTA into two E4M3 parts whose sum is exact (e4m3_split.h): four wgmma for the low part, then
 // four for the high. ReLU and the head weights, each carrying its head's 2^-e, apply to the
 // accumulators; the heads of a row sit in one quad, so two shuffles sum them, and the position's
 // scale (positive, so it commutes with ReLU) finishes the logit.
@@ -14,7 +14,7 @@
 
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/dependent_launch.cuh"
-#include "kernels/common/e4m3_split.cuh"
+#include "kernels/common/e4m3_split.h"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/common/work_split.h"
 #include "kernels/indexer_logits/indexer_logits_launch.h"
@@ -35,7 +35,7 @@ struct Shared {
   uint8_t queries[2][kIndexHeads * wgmma::kSwizzleRowBytes];
   uint8_t keys[kStages][kChunk * kIndexHeadDim];  // the chunk's key rows, as in the cache
   float scales[kStages][kChunk];
-  float unscale[kIndexHeads];  // 2^-e of each head's split (e4m3_split.cuh)
+  float unscale[kIndexHeads];  // 2^-e of each head's split (e4m3_split.h)
   uint64_t staged[kStages];    // completes when the stage's bytes have landed
 };
 // The wgmma operands need 1024-byte alignment; the launch adds that much slack to find it.

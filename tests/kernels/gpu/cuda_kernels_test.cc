@@ -440,7 +440,7 @@ TEST_F(CudaKernelsTest, SparseDecodeMatchesTheReference) {
 
 // Every pool block size: a 64-position chunk of the kernel is one, two or four whole blocks. The
 // kernel multiplies keys by queries split into two E4M3 parts on FP8 tensor cores, whose sums keep
-// about 13 bits (kernels/common/e4m3_split.cuh): a few 1e-4 of the row's largest logit against the
+// about 13 bits (kernels/common/e4m3_split.h): a few 1e-4 of the row's largest logit against the
 // float64 reference; a part left out or a misplaced dim would be off by percents. Heads of very
 // different magnitudes check each head's own scale (f16 queries overflowed at 65,504).
 TEST_F(CudaKernelsTest, IndexerLogitsMatchTheReference) {
