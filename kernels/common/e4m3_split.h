@@ -64,6 +64,14 @@ KVP_HD void Split4(const float (&x)[4], uint32_t* hi, uint32_t* lo) {
   *lo = ToE4m3x2(r[0], r[1]) | (ToE4m3x2(r[2], r[3]) << 16);
 }
 
+// Four bf16 values (two words, the lower value in each word's low half) scaled by `scale` (2^e),
+// as the hi and lo words of their split.
+KVP_HD void SplitBf16x4(uint32_t w0, uint32_t w1, float scale, uint32_t* hi, uint32_t* lo) {
+  const float x[4] = {BitsToFloat(w0 << 16) * scale, BitsToFloat(w0 & 0xFFFF0000u) * scale,
+                      BitsToFloat(w1 << 16) * scale, BitsToFloat(w1 & 0xFFFF0000u) * scale};
+  Split4(x, hi, lo);
+}
+
 // The largest magnitude of `count` bf16 pairs, as a float's bits: magnitudes' bit patterns order
 // like their values, with infinities and NaNs above every finite one, so an integer maximum (here
 // and across threads) keeps them where fmaxf would drop a NaN.

@@ -102,11 +102,7 @@ __device__ void StageQueries(Shared& sh, const IndexerLogitsParams& p, int seq) 
     uint32_t hi[4], lo[4];
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
-      const uint32_t w0 = bf16[t][2 * piece], w1 = bf16[t][2 * piece + 1];
-      const float x[4] = {
-          __uint_as_float(w0 << 16) * scale, __uint_as_float(w0 & 0xFFFF0000u) * scale,
-          __uint_as_float(w1 << 16) * scale, __uint_as_float(w1 & 0xFFFF0000u) * scale};
-      e4m3_split::Split4(x, &hi[t], &lo[t]);
+      e4m3_split::SplitBf16x4(bf16[t][2 * piece], bf16[t][2 * piece + 1], scale, &hi[t], &lo[t]);
     }
     const int at = wgmma::Swizzled128(n, 16 * (4 * h + piece));
     *reinterpret_cast<uint4*>(sh.queries[0] + at) = make_uint4(hi[0], hi[1], hi[2], hi[3]);

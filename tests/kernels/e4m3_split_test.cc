@@ -74,11 +74,13 @@ TEST(E4m3SplitTest, HiPlusLoIsTheScaledValueExactly) {
     const float amax = BitsToFloat(Bf16AbsMaxBits(words.data(), 64));
     const float scale = Pow2(ScaleExponent(amax));
     for (int i = 0; i < 64; i += 2) {
-      const float x[4] = {
-          BitsToFloat(words[i] << 16) * scale, BitsToFloat(words[i] & 0xFFFF0000u) * scale,
-          BitsToFloat(words[i + 1] << 16) * scale, BitsToFloat(words[i + 1] & 0xFFFF0000u) * scale};
+      float x[4];  // the scaled values, as the reference sees them
+      for (int j = 0; j < 4; ++j) {
+        const uint32_t w = words[i + j / 2];
+        x[j] = Bf16ToFloat(Bf16{static_cast<uint16_t>(j % 2 ? w >> 16 : w & 0xFFFFu)}) * scale;
+      }
       uint32_t hi, lo;
-      Split4(x, &hi, &lo);
+      SplitBf16x4(words[i], words[i + 1], scale, &hi, &lo);
       for (int j = 0; j < 4; ++j) {
         const double sum = double{E4m3ToFloat(static_cast<uint8_t>(hi >> (8 * j)))} +
                            E4m3ToFloat(static_cast<uint8_t>(lo >> (8 * j)));
