@@ -78,15 +78,20 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
   const int64_t first_q_head = cta_q_head + head * group;
 
   // Qᵀ as B fragments: column g is head g, k-step s takes dims t·D/4 + 4s .. + 3 (mma.cuh).
-  uint32_t qb[kSteps][2];
+  // Loaded here, converted once the first chunks' copies are issued.
+  uint2 q_loaded[kSteps];
   {
     const uint16_t* q = reinterpret_cast<const uint16_t*>(p.q) + (first_q_head + g) * kHeadDim;
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
-      qb[s][0] = qb[s][1] = 0u;
-      if (g < group) mma::Bf16x4ToHalf2x2(q + t * (kHeadDim / 4) + 4 * s, &qb[s][0], &qb[s][1]);
+      q_loaded[s] = g < group ? mma::LoadBf16x4(q + t * (kHeadDim / 4) + 4 * s) : uint2{0u, 0u};
     }
   }
+  uint32_t qb[kSteps][2];
+  auto convert_queries = [&] {
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) mma::Bf16x4ToHalf2x2(q_loaded[s], &qb[s][0], &qb[s][1]);
+  };
   const float qk_scale = p.softmax_scale * p.cache.k_codec.scale * kLog2e;
   const float tau = p.sparse_v_threshold;
   const bool real[2] = {2 * t < group, 2 * t + 1 < group};  // heads 2t, 2t + 1
@@ -99,7 +104,7 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
   for (int j = 0; j < kSteps; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
   Stream stream(p, src, plan.splits, split, seq, first_kv_head, smem);
-  stream.ForEach([&](const St& st) {
+  stream.ForEach(convert_queries, [&](const St& st) {
     const int base = (warp % kWarpsPerHead) * kSpan * kTile;
     // Sᵀ = K·Qᵀ per tile u: rows are positions base + 16u + g and + 8. Two accumulators (even
     // and odd k-steps) halve each dependent mma chain.

@@ -180,19 +180,27 @@ __global__ void __launch_bounds__(kWarps * 32)
   const int g = lane / 4, t = lane % 4;
   const HeadTileOfWarp w = HeadTileOfWarp::Of(p, plan, warp);
 
-  // Q fragments of this warp's 16 heads (rows g and g + 8), dims permuted as in mma.cuh.
-  uint32_t qa[kSteps][4];
+  // Q fragments of this warp's 16 heads (rows g and g + 8), dims permuted as in mma.cuh. Loaded
+  // here, converted once the first chunks' copies are issued.
+  uint2 q_loaded[kSteps][2];
   {
     const uint16_t* q0 = reinterpret_cast<const uint16_t*>(p.q) + w.q_head0 * kHeadDim;
     const uint16_t* q1 = q0 + 8 * kHeadDim;
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int d = t * (kHeadDim / 4) + 4 * s;
-      qa[s][0] = qa[s][1] = qa[s][2] = qa[s][3] = 0u;
-      if (w.row0) mma::Bf16x4ToHalf2x2(q0 + d, &qa[s][0], &qa[s][2]);
-      if (w.row1) mma::Bf16x4ToHalf2x2(q1 + d, &qa[s][1], &qa[s][3]);
+      q_loaded[s][0] = w.row0 ? mma::LoadBf16x4(q0 + d) : uint2{0u, 0u};
+      q_loaded[s][1] = w.row1 ? mma::LoadBf16x4(q1 + d) : uint2{0u, 0u};
     }
   }
+  uint32_t qa[kSteps][4];
+  auto convert_queries = [&] {
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+      mma::Bf16x4ToHalf2x2(q_loaded[s][0], &qa[s][0], &qa[s][2]);
+      mma::Bf16x4ToHalf2x2(q_loaded[s][1], &qa[s][1], &qa[s][3]);
+    }
+  };
   const float qk_scale = p.softmax_scale * p.cache.k_codec.scale * kLog2e;
   const float tau = p.sparse_v_threshold;
 
@@ -204,7 +212,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   ChunkStream<kHeadDim, kVBits, kSparse, 1> stream(p, src, plan.splits, blockIdx.x, w.seq,
                                                    w.kv_head, smem);
-  stream.ForEach([&](const St& st) {
+  stream.ForEach(convert_queries, [&](const St& st) {
     if (!w.real) return;
     for (int tile = w.sub; tile < St::kPositions / kTile; tile += w.warps_per_tile) {
       const int base = tile * kTile;

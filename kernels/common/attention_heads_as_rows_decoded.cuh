@@ -130,19 +130,28 @@ __global__ void __launch_bounds__(kWarps * 32)
   const HeadTileOfWarp w = HeadTileOfWarp::Of(p, plan, warp);
 
   // Q's A fragments in dim order: k-step s takes dims 16s + 2t, + 1 (a0, a1) and 16s + 2t + 8, + 9.
-  uint32_t qa[kSteps][4];
+  // Loaded here as bf16 pairs, converted once the first chunks' copies are issued.
+  uint32_t q_loaded[kSteps][4];
   {
     const uint32_t* q0 = reinterpret_cast<const uint32_t*>(p.q + w.q_head0 * kHeadDim);
     const uint32_t* q1 = q0 + 8 * kHeadDim / 2;
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int pair = 8 * s + t;  // bf16 pairs: dims 2·pair, 2·pair + 1
-      qa[s][0] = w.row0 ? mma::Bf16x2ToHalf2(q0[pair]) : 0u;
-      qa[s][1] = w.row1 ? mma::Bf16x2ToHalf2(q1[pair]) : 0u;
-      qa[s][2] = w.row0 ? mma::Bf16x2ToHalf2(q0[pair + 4]) : 0u;
-      qa[s][3] = w.row1 ? mma::Bf16x2ToHalf2(q1[pair + 4]) : 0u;
+      q_loaded[s][0] = w.row0 ? q0[pair] : 0u;
+      q_loaded[s][1] = w.row1 ? q1[pair] : 0u;
+      q_loaded[s][2] = w.row0 ? q0[pair + 4] : 0u;
+      q_loaded[s][3] = w.row1 ? q1[pair + 4] : 0u;
     }
   }
+  uint32_t qa[kSteps][4];
+  auto convert_queries = [&] {
+#pragma unroll
+    for (int s = 0; s < kSteps; ++s) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) qa[s][i] = mma::Bf16x2ToHalf2(q_loaded[s][i]);
+    }
+  };
   const float qk_scale = p.softmax_scale * p.cache.k_codec.scale * kLog2e;
   const float tau = p.sparse_v_threshold;
 
@@ -230,7 +239,7 @@ __global__ void __launch_bounds__(kWarps * 32)
 
   ChunkStream<kHeadDim, kVBits, kSparse, 1> stream(p, src, plan.splits, blockIdx.x, w.seq,
                                                    w.kv_head, smem);
-  stream.ForEach([&](const St& st) {
+  stream.ForEach(convert_queries, [&](const St& st) {
     DecodeChunk<kHeadDim, kVBits>(st, pair_levels, k_rows, v_rows);
     __syncthreads();  // every thread calls consume; the next chunk's barrier protects the rows
     // A warp takes its head tile's positions in spans: all 64 of the chunk at once when it is

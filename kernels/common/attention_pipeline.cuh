@@ -335,9 +335,12 @@ class ChunkStream {
   }
 
   // Calls consume(stage) with every thread for each chunk of the CTA, once it has landed (so it may
-  // call __syncthreads). The stage stays valid until consume returns.
-  template <class Consume>
-  __device__ __forceinline__ void ForEach(Consume&& consume) {
+  // call __syncthreads). The stage stays valid until consume returns. Before the first chunk,
+  // `copies_issued()` runs once the first chunks' copies are in flight: work that waits on other
+  // loads (the queries) goes there, so that their latency overlaps the chain of positions, block
+  // ids and rows rather than coming before it.
+  template <class CopiesIssued, class Consume>
+  __device__ __forceinline__ void ForEach(CopiesIssued&& copies_issued, Consume&& consume) {
     const bool loader = threadIdx.x < kPositions;
     if (loader) {
 #pragma unroll
@@ -352,6 +355,7 @@ class ChunkStream {
       if (chunk_begin_ + s < chunk_end_) Issue(s, s);
       cp_async::Commit();
     }
+    copies_issued();
     int read_stage = 0, write_stage = kDepth - 1;
     int read_meta = 0, issue_meta = kDepth - 1, fill_meta = kDepth;
     int32_t later_pos = loader ? PositionOf(chunk_begin_ + kDepth) : -1;

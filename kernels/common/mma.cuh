@@ -76,11 +76,15 @@ __device__ __forceinline__ uint32_t Bf16x2ToHalf2(uint32_t two) {
   return PackHalf2(__uint_as_float(two << 16), __uint_as_float(two & 0xFFFF0000u));
 }
 
-// Four consecutive bf16 at `p` (8-byte aligned) as two f16 pairs: (p[0], p[1]) and (p[2], p[3]).
-// One 8-byte load instead of four 2-byte ones.
-__device__ __forceinline__ void Bf16x4ToHalf2x2(const uint16_t* p, uint32_t* first,
-                                                uint32_t* second) {
-  const uint2 w = *reinterpret_cast<const uint2*>(p);
+// Four consecutive bf16 at `p` (8-byte aligned), as they are in memory: one 8-byte load instead of
+// four 2-byte ones, converted by Bf16x4ToHalf2x2 where the values are needed, so that the load's
+// latency is not waited for where they are loaded.
+__device__ __forceinline__ uint2 LoadBf16x4(const uint16_t* p) {
+  return *reinterpret_cast<const uint2*>(p);
+}
+
+// Four bf16 from LoadBf16x4 as two f16 pairs: (p[0], p[1]) and (p[2], p[3]).
+__device__ __forceinline__ void Bf16x4ToHalf2x2(uint2 w, uint32_t* first, uint32_t* second) {
   *first = Bf16x2ToHalf2(w.x);
   *second = Bf16x2ToHalf2(w.y);
 }
