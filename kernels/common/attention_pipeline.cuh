@@ -482,28 +482,32 @@ class ChunkStream {
 // of a set (warps_per_set consecutive warps covering the same heads) are merged into one
 // (max, sum, acc) per head, handed element by element to emit(local head, e, max, sum, acc[e]).
 // Set s, row r is local q head first_local + s·kRows + r of the kv head; heads at or past `group`
-// are padding.
+// are padding, and come after every real one, so the loop runs over the real heads' elements
+// only, and its body has no branch, so that several elements' reads are in flight together (H200,
+// same run: sparse decode at batch 1 10.4 -> 10.0 us, of 128 q heads 16.2 -> 15.2-15.3, at batch
+// 128 122.8-123.4 -> 121.4-121.9 and 127.0-128.3 -> 125.5-125.6; dense decode at batch 1
+// 63.2-63.5 -> 62.2-62.3. Unrolling it four times as well was slower at batch 128.)
 template <int kHeadDim, int kRows, class Emit>
-__device__ void MergeWarps(const float* merge, int sets, int warps_per_set, int first_local,
-                           int group, Emit&& emit) {
+__device__ __forceinline__ void MergeWarps(const float* merge, int sets, int warps_per_set,
+                                           int first_local, int group, Emit&& emit) {
   constexpr int kRow = kRowFloats<kHeadDim>;
-  for (int i = threadIdx.x; i < sets * kRows * kHeadDim; i += blockDim.x) {
+  constexpr int kThreads = kWarps * 32;  // every parts kernel's block
+  const int heads = min(sets * kRows, group - first_local);
+  for (int i = threadIdx.x; i < heads * kHeadDim; i += kThreads) {
     const int e = i % kHeadDim, row = (i / kHeadDim) % kRows, set = i / (kHeadDim * kRows);
-    const int local = first_local + set * kRows + row;
-    if (local >= group) continue;
     const float* w0 = merge + ((set * warps_per_set) * kRows + row) * kRow;  // the set's 1st warp
     float max_m = -INFINITY;
     for (int w = 0; w < warps_per_set; ++w) max_m = fmaxf(max_m, w0[w * kRows * kRow]);
+    // Until some warp has positions everything stays 0.
+    const float ref = max_m == -INFINITY ? 0.0f : max_m;
     float sum = 0.0f, o = 0.0f;
-    if (max_m != -INFINITY) {
-      for (int w = 0; w < warps_per_set; ++w) {
-        const float* part = w0 + w * kRows * kRow;
-        const float scale = exp2f(part[0] - max_m);
-        sum += scale * part[1];
-        o += scale * part[2 + e];
-      }
+    for (int w = 0; w < warps_per_set; ++w) {
+      const float* part = w0 + w * kRows * kRow;
+      const float scale = exp2f(part[0] - ref);
+      sum += scale * part[1];
+      o += scale * part[2 + e];
     }
-    emit(local, e, max_m, sum, o);
+    emit(first_local + set * kRows + row, e, max_m, sum, o);
   }
 }
 
