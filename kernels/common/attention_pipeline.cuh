@@ -533,52 +533,44 @@ __device__ __forceinline__ float Normalized(float o, float sum, const AttentionP
   return sum > 0.0f ? o / sum * p.cache.v_codec.scale : 0.0f;
 }
 
-// Lane l of a warp holds elements [l·kPer, l·kPer + kPer) of a D-vector in the rotated domain.
-// Applies the inverse Walsh-Hadamard rotation when the layer has one, in registers (stages below
-// kPer within the lane, the others across lanes with shuffles; the lane holding element e + h of a
-// butterfly keeps the difference). The rotation is linear: it may come before or after weighing
-// and summing vectors.
-template <int kHeadDim>
-__device__ __forceinline__ void RotateBack(float (&x)[kHeadDim / 32], const AttentionParams& p) {
-  constexpr int kPer = kHeadDim / 32;  // 2, 4 or 8
-  const int lane = threadIdx.x % 32;
-  const LayerCache& c = p.cache;
-  if (!TraitsOf(c.v_codec.format).turbo || !c.v_codec.rotate) return;
-#pragma unroll
-  for (int h = 1; h < kPer; h *= 2) {
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      if ((j & h) == 0) {
-        const float a = x[j], b = x[j + h];
-        x[j] = a + b;
-        x[j + h] = a - b;
-      }
-    }
-  }
-#pragma unroll
-  for (int lanes = 1; lanes < 32; lanes *= 2) {
-    const bool upper = (lane & lanes) != 0;
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-      const float other = __shfl_xor_sync(0xFFFFFFFFu, x[j], lanes);
-      x[j] = upper ? other - x[j] : x[j] + other;
-    }
-  }
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    x[j] *= InvSqrtHeadDim(kHeadDim);
-    if (c.v_codec.signs.Negative(lane * kPer + j)) x[j] = -x[j];
-  }
-}
-
-// RotateBack on one q head's normalized output (lane l: elements [l·kPer, l·kPer + kPer)), then
-// writes it to q head `head` of p.out.
+// Lane l of a warp holds elements [l·kPer, l·kPer + kPer) of one q head's normalized output, in
+// the rotated domain. Applies the inverse Walsh-Hadamard rotation when the layer has one, in
+// registers (stages below kPer within the lane, the others across lanes with shuffles; the lane
+// holding element e + h of a butterfly keeps the difference), and writes q head `head` of p.out.
 template <int kHeadDim>
 __device__ __forceinline__ void RotateBackAndWriteHead(float (&x)[kHeadDim / 32],
                                                        const AttentionParams& p, int64_t head) {
-  constexpr int kPer = kHeadDim / 32;
-  RotateBack<kHeadDim>(x, p);
-  float* out = p.out + head * kHeadDim + (threadIdx.x % 32) * kPer;
+  constexpr int kPer = kHeadDim / 32;  // 2, 4 or 8
+  const int lane = threadIdx.x % 32;
+  const LayerCache& c = p.cache;
+  if (TraitsOf(c.v_codec.format).turbo && c.v_codec.rotate) {
+#pragma unroll
+    for (int h = 1; h < kPer; h *= 2) {
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        if ((j & h) == 0) {
+          const float a = x[j], b = x[j + h];
+          x[j] = a + b;
+          x[j + h] = a - b;
+        }
+      }
+    }
+#pragma unroll
+    for (int lanes = 1; lanes < 32; lanes *= 2) {
+      const bool upper = (lane & lanes) != 0;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const float other = __shfl_xor_sync(0xFFFFFFFFu, x[j], lanes);
+        x[j] = upper ? other - x[j] : x[j] + other;
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) {
+      x[j] *= InvSqrtHeadDim(kHeadDim);
+      if (c.v_codec.signs.Negative(lane * kPer + j)) x[j] = -x[j];
+    }
+  }
+  float* out = p.out + head * kHeadDim + lane * kPer;
 #pragma unroll
   for (int j = 0; j < kPer; ++j) out[j] = x[j];
 }
