@@ -215,8 +215,8 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
     }
 #pragma unroll
     for (int j = 0; j < kSteps; ++j) {
-      row[2 + g * (kHeadDim / 8) + 2 * j] = acc[j][h];
-      row[2 + g * (kHeadDim / 8) + 2 * j + 1] = acc[j][2 + h];
+      row[kAccOffset + g * (kHeadDim / 8) + 2 * j] = acc[j][h];
+      row[kAccOffset + g * (kHeadDim / 8) + 2 * j + 1] = acc[j][2 + h];
     }
   }
   __syncthreads();

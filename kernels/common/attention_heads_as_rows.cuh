@@ -150,8 +150,8 @@ __device__ __forceinline__ void FinishHeadTiles(const AttentionParams& p, const 
     }
 #pragma unroll
     for (int j = 0; j < kNTiles; ++j) {
-      row[2 + dim_of(j, 2 * t)] = acc[j][2 * r];
-      row[2 + dim_of(j, 2 * t + 1)] = acc[j][2 * r + 1];
+      row[kAccOffset + dim_of(j, 2 * t)] = acc[j][2 * r];
+      row[kAccOffset + dim_of(j, 2 * t + 1)] = acc[j][2 * r + 1];
     }
   }
   __syncthreads();

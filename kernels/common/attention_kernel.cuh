@@ -23,6 +23,22 @@
 
 namespace kvp::attention {
 
+// a[0..n) = p[0..n), read 16 bytes at a time where n allows (p is aligned to that).
+template <int n>
+__device__ __forceinline__ void LoadFloats(const float* p, float (&a)[n]) {
+  if constexpr (n % 4 == 0) {
+#pragma unroll
+    for (int j = 0; j < n; j += 4) {
+      const float4 v = *reinterpret_cast<const float4*>(p + j);
+      a[j] = v.x, a[j + 1] = v.y, a[j + 2] = v.z, a[j + 3] = v.w;
+    }
+  } else {
+    static_assert(n == 2);
+    const float2 v = *reinterpret_cast<const float2*>(p);
+    a[0] = v.x, a[1] = v.y;
+  }
+}
+
 // The combining kernel: one CTA of CombineWarps(parts) warps per (sequence, q head). Where a q
 // head has many parts (128 for dense decode of one 131,072-token sequence), more warps each merge
 // fewer, so fewer of a warp's batches of loads wait one after another (H200, eight warps instead
@@ -58,20 +74,16 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
 #pragma unroll 8
   for (int i = warp; i < parts_n; i += kCombineWarps) {
     const float* row = base + i * kRow;
-    // Rows are kHeadDim + 2 floats: 8-byte aligned at element 2.
-    const float2* acc = reinterpret_cast<const float2*>(row + 2 + lane * kPer);
-    const float m = row[0];
-    const float new_max = fmaxf(max_m, m);
+    const float2 ms = *reinterpret_cast<const float2*>(row);
+    float a[kPer];
+    LoadFloats<kPer>(row + kAccOffset + lane * kPer, a);
+    const float new_max = fmaxf(max_m, ms.x);
     // A part with no positions has m = -inf; until one has some, everything stays 0.
     const float ref = new_max == -INFINITY ? 0.0f : new_max;
-    const float keep = exp2f(max_m - ref), w = exp2f(m - ref);
-    sum = sum * keep + w * row[1];
+    const float keep = exp2f(max_m - ref), w = exp2f(ms.x - ref);
+    sum = sum * keep + w * ms.y;
 #pragma unroll
-    for (int j = 0; j < kPer / 2; ++j) {
-      const float2 a = acc[j];
-      x[2 * j] = x[2 * j] * keep + w * a.x;
-      x[2 * j + 1] = x[2 * j + 1] * keep + w * a.y;
-    }
+    for (int j = 0; j < kPer; ++j) x[j] = x[j] * keep + w * a[j];
     max_m = new_max;
   }
 #pragma unroll

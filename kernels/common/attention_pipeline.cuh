@@ -109,9 +109,18 @@ struct Plan {
   KVP_HD int parts() const { return splits; }  // the warps of a head tile merge in the CTA
 };
 
-// Partial results: [num_seqs, num_q_heads, parts, D + 2] floats = (max in log2 units, sum, acc[D]).
+// One q head's (max in log2 units, sum, acc[D]) as a row of floats, in a CTA's merge area and in
+// the partial results: max and sum, two floats unused, then acc from float kAccOffset, so that a
+// row's acc is read and written four floats at a time.
+inline constexpr int kAccOffset = 4;
+KVP_HD constexpr int RowFloats(int head_dim) { return kAccOffset + head_dim; }
+template <int kHeadDim>
+inline constexpr int kRowFloats = RowFloats(kHeadDim);
+
+// Partial results: [num_seqs, num_q_heads, parts] rows.
 inline size_t PartialBytes(const AttentionParams& p, const Plan& plan) {
-  return size_t(p.num_seqs) * p.num_q_heads * plan.parts() * (p.cache.head_dim + 2) * sizeof(float);
+  return size_t(p.num_seqs) * p.num_q_heads * plan.parts() * RowFloats(p.cache.head_dim) *
+         sizeof(float);
 }
 
 // Where byte `byte` of row first + r sits in rows of kRow bytes whose 16-byte chunks are permuted
@@ -173,9 +182,6 @@ template <int kHeadDim, int kVBits, int kKvHeads, int kPositions = kChunk / kKvH
 inline constexpr int kPairLevelsOffset =
     kDepth* Stage<kHeadDim, kVBits, kKvHeads, kPositions>::kBytes +
     (kDepth + 1) * kMetaSlotBytes<kPositions>;
-// (max, sum, acc[D]) of one q head, in floats: one row of the merge area and of a part.
-template <int kHeadDim>
-inline constexpr int kRowFloats = kHeadDim + 2;
 // After the last chunk a CTA merges its warps' results in the same shared memory: up to 64 rows.
 template <int kHeadDim>
 inline constexpr int kMergeBytes = 64 * kRowFloats<kHeadDim> * 4;
@@ -478,36 +484,73 @@ class ChunkStream {
   int chunk_begin_ = 0, chunk_end_ = 0;
 };
 
-// Each warp has written its (max, sum, acc) for `kRows` heads into merge[warp][row]; the warps
-// of a set (warps_per_set consecutive warps covering the same heads) are merged into one
-// (max, sum, acc) per head, handed element by element to emit(local head, e, max, sum, acc[e]).
-// Set s, row r is local q head first_local + s·kRows + r of the kv head; heads at or past `group`
-// are padding, and come after every real one, so the loop runs over the real heads' elements
-// only, and its body has no branch, so that several elements' reads are in flight together (H200,
-// same run: sparse decode at batch 1 10.4 -> 10.0 us, of 128 q heads 16.2 -> 15.2-15.3, at batch
-// 128 122.8-123.4 -> 121.4-121.9 and 127.0-128.3 -> 125.5-125.6; dense decode at batch 1
-// 63.2-63.5 -> 62.2-62.3. Unrolling it four times as well was slower at batch 128.)
+// Each warp has written its (max, sum, acc) rows for `kRows` heads into merge[warp][row]; the
+// kWarpsPerSet warps of a set (consecutive warps covering the same heads) are merged into one
+// (max, sum, acc) per head, handed four elements at a time to emit(local head, e, max, sum,
+// acc[e..e+3]). Set s, row r is local q head first_local + s·kRows + r of the kv head; the first
+// `heads` are real, padding comes after them. The loop runs over the real heads only, its body has
+// no branch and the warps' count is a constant, so that a thread's reads of all the warps' rows
+// are in flight together. (H200, same run: with the count a loop bound the compiler read the
+// warps' rows one after another, one element a thread, and sparse decode of 128 q heads at batch
+// 1 took 15.2-15.5 us; with it known and two elements a thread 11.9-12.0, at batch 128 125-126 ->
+// 118.5-119.7, dense decode at batch 1 62.5-62.9 -> 61.5-62.1; four elements a thread from rows
+// whose acc is 16-byte aligned, 128 heads at batch 128 116.2-117.3.)
+template <int kHeadDim, int kRows, int kWarpsPerSet, class Emit>
+__device__ __forceinline__ void MergeWarpsOf(const float* merge, int heads, int first_local,
+                                             Emit&& emit) {
+  constexpr int kRow = kRowFloats<kHeadDim>;
+  constexpr int kThreads = kWarps * 32;  // every parts kernel's block
+  constexpr int kQuads = kHeadDim / 4;
+  for (int i = threadIdx.x; i < heads * kQuads; i += kThreads) {
+    const int e = 4 * (i % kQuads), row = (i / kQuads) % kRows, set = i / (kQuads * kRows);
+    const float* w0 = merge + (set * kWarpsPerSet * kRows + row) * kRow;  // the set's 1st warp
+    float2 part_ms[kWarpsPerSet];
+    float4 part_acc[kWarpsPerSet];
+#pragma unroll
+    for (int w = 0; w < kWarpsPerSet; ++w) {
+      const float* part = w0 + w * kRows * kRow;
+      part_ms[w] = *reinterpret_cast<const float2*>(part);
+      part_acc[w] = *reinterpret_cast<const float4*>(part + kAccOffset + e);
+    }
+    float max_m = part_ms[0].x;
+#pragma unroll
+    for (int w = 1; w < kWarpsPerSet; ++w) max_m = fmaxf(max_m, part_ms[w].x);
+    // Until some warp has positions everything stays 0.
+    const float ref = max_m == -INFINITY ? 0.0f : max_m;
+    float sum = 0.0f;
+    float4 o = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int w = 0; w < kWarpsPerSet; ++w) {
+      const float scale = exp2f(part_ms[w].x - ref);
+      sum += scale * part_ms[w].y;
+      o.x += scale * part_acc[w].x;
+      o.y += scale * part_acc[w].y;
+      o.z += scale * part_acc[w].z;
+      o.w += scale * part_acc[w].w;
+    }
+    emit(first_local + set * kRows + row, e, max_m, sum, o);
+  }
+}
+
+// The real heads of `sets` sets of kRows from local q head first_local on (a CTA's last head tile
+// may be padding).
+__device__ __forceinline__ int RealHeads(int sets, int rows, int first_local, int group) {
+  return min(sets * rows, group - first_local);
+}
+
+// MergeWarpsOf for sets of `warps_per_set` warps (1, 2 or 4: the CTA's warps over its head tiles)
+// and the CTA's real heads among `sets` sets of kRows.
 template <int kHeadDim, int kRows, class Emit>
 __device__ __forceinline__ void MergeWarps(const float* merge, int sets, int warps_per_set,
                                            int first_local, int group, Emit&& emit) {
-  constexpr int kRow = kRowFloats<kHeadDim>;
-  constexpr int kThreads = kWarps * 32;  // every parts kernel's block
-  const int heads = min(sets * kRows, group - first_local);
-  for (int i = threadIdx.x; i < heads * kHeadDim; i += kThreads) {
-    const int e = i % kHeadDim, row = (i / kHeadDim) % kRows, set = i / (kHeadDim * kRows);
-    const float* w0 = merge + ((set * warps_per_set) * kRows + row) * kRow;  // the set's 1st warp
-    float max_m = -INFINITY;
-    for (int w = 0; w < warps_per_set; ++w) max_m = fmaxf(max_m, w0[w * kRows * kRow]);
-    // Until some warp has positions everything stays 0.
-    const float ref = max_m == -INFINITY ? 0.0f : max_m;
-    float sum = 0.0f, o = 0.0f;
-    for (int w = 0; w < warps_per_set; ++w) {
-      const float* part = w0 + w * kRows * kRow;
-      const float scale = exp2f(part[0] - ref);
-      sum += scale * part[1];
-      o += scale * part[2 + e];
-    }
-    emit(first_local + set * kRows + row, e, max_m, sum, o);
+  static_assert(kWarps == 4, "a set is 1, 2 or 4 warps");
+  const int heads = RealHeads(sets, kRows, first_local, group);
+  if (warps_per_set == 4) {
+    MergeWarpsOf<kHeadDim, kRows, 4>(merge, heads, first_local, emit);
+  } else if (warps_per_set == 2) {
+    MergeWarpsOf<kHeadDim, kRows, 2>(merge, heads, first_local, emit);
+  } else {
+    MergeWarpsOf<kHeadDim, kRows, 1>(merge, heads, first_local, emit);
   }
 }
 
@@ -516,14 +559,12 @@ template <int kHeadDim, int kRows>
 __device__ void WriteParts(const float* merge, int sets, int warps_per_set, int first_local,
                            int group, float* parts, int64_t first_q_head, int parts_n, int split) {
   MergeWarps<kHeadDim, kRows>(merge, sets, warps_per_set, first_local, group,
-                              [&](int local, int e, float max_m, float sum, float o) {
+                              [&](int local, int e, float max_m, float sum, float4 o) {
                                 float* out = parts + ((first_q_head + local) * parts_n + split) *
                                                          kRowFloats<kHeadDim>;
-                                if (e == 0) {
-                                  out[0] = max_m;
-                                  out[1] = sum;
-                                }
-                                out[2 + e] = o;
+                                if (e == 0)
+                                  *reinterpret_cast<float2*>(out) = make_float2(max_m, sum);
+                                *reinterpret_cast<float4*>(out + kAccOffset + e) = o;
                               });
 }
 
@@ -598,12 +639,15 @@ __device__ void RotateBackAndWrite(const float* x, int heads, const AttentionPar
 template <int kHeadDim, int kRows>
 __device__ void WriteOutputs(const float* merge, int sets, int warps_per_set, int first_local,
                              int group, float* x, const AttentionParams& p, int64_t first_q_head) {
-  MergeWarps<kHeadDim, kRows>(merge, sets, warps_per_set, first_local, group,
-                              [&](int local, int e, float, float sum, float o) {
-                                x[(local - first_local) * kHeadDim + e] = Normalized(o, sum, p);
-                              });
+  MergeWarps<kHeadDim, kRows>(
+      merge, sets, warps_per_set, first_local, group,
+      [&](int local, int e, float, float sum, float4 o) {
+        float4 y = {Normalized(o.x, sum, p), Normalized(o.y, sum, p), Normalized(o.z, sum, p),
+                    Normalized(o.w, sum, p)};
+        *reinterpret_cast<float4*>(x + (local - first_local) * kHeadDim + e) = y;
+      });
   __syncthreads();
-  const int heads = min(sets * kRows, group - first_local);
+  const int heads = RealHeads(sets, kRows, first_local, group);
   RotateBackAndWrite<kHeadDim>(x, heads, p, first_q_head + first_local);
 }
 
