@@ -50,15 +50,24 @@ __device__ __forceinline__ void LoadFloats(const float* p, float (&a)[n]) {
 // 14.83-14.85 with four, on one host).
 inline int CombineWarps(int parts) { return parts >= 32 ? 16 : parts >= 16 ? 8 : 4; }
 
+// Parts a warp of the combining kernel loads before it merges them: all of its parts (a power of
+// two, at most 8), so that a warp with a few parts waits on memory once. (A loop unrolled eight
+// times left a warp's parts short of eight to a remainder loop that loads one part and merges it
+// before the next: H200, same run, sparse decode at batch 1, two parts a warp, 10.3 -> 9.8 us for
+// 32/8 heads and 11.9-12.0 -> 11.5 for 128/1; dense decode at batch 1, eight a warp, 61.9-62.0 ->
+// 60.8-60.9.)
+inline int CombineBatch(int parts, int warps) {
+  const int per_warp = (parts + warps - 1) / warps;
+  return per_warp > 4 ? 8 : per_warp > 2 ? 4 : per_warp > 1 ? 2 : 1;
+}
+
 // Merges the parts of one (sequence, q head), rotates back and writes out. Lane l of every warp
-// owns elements [l·kPer, l·kPer + kPer). Warp w merges parts w, w + kCombineWarps, ... with a
-// running maximum (each part rescales what came before it when it raises the maximum), so no pass
-// over the parts' maxima comes first: the loads of several parts are in flight at once and the
-// kernel waits on global memory once. Past one barrier thread e merges element e of the warps'
-// sums, and past another warp 0 applies the inverse Walsh-Hadamard rotation in registers and
-// writes. (Warp 0 merging every element as well took 0.9 us after the barrier in sparse decode at
-// batch 1 on an H200.)
-template <int kHeadDim, int kCombineWarps>
+// owns elements [l·kPer, l·kPer + kPer). Warp w merges parts w, w + kCombineWarps, ... kBatch at
+// a time: it loads them, then folds them into its running maximum, sum and elements. Past one
+// barrier thread e merges element e of the warps' sums, and past another warp 0 applies the
+// inverse Walsh-Hadamard rotation in registers and writes. (Warp 0 merging every element as well
+// took 0.9 us after the barrier in sparse decode at batch 1 on an H200.)
+template <int kHeadDim, int kCombineWarps, int kBatch>
 __global__ void __launch_bounds__(kCombineWarps * 32)
     AttentionCombineKernel(AttentionParams p, int parts_n, const float* parts) {
   constexpr int kRow = kRowFloats<kHeadDim>;
@@ -71,19 +80,37 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
   WaitForPredecessor();  // the parts
   const float* base = parts + head * parts_n * kRow;
   float max_m = -INFINITY, sum = 0.0f, x[kPer] = {};
-#pragma unroll 8
-  for (int i = warp; i < parts_n; i += kCombineWarps) {
-    const float* row = base + i * kRow;
-    const float2 ms = *reinterpret_cast<const float2*>(row);
-    float a[kPer];
-    LoadFloats<kPer>(row + kAccOffset + lane * kPer, a);
-    const float new_max = fmaxf(max_m, ms.x);
-    // A part with no positions has m = -inf; until one has some, everything stays 0.
-    const float ref = new_max == -INFINITY ? 0.0f : new_max;
-    const float keep = exp2f(max_m - ref), w = exp2f(ms.x - ref);
-    sum = sum * keep + w * ms.y;
+  for (int first = warp; first < parts_n; first += kBatch * kCombineWarps) {
+    float2 ms[kBatch];  // (max, sum); a missing part has max -inf and weight 0
+    float a[kBatch][kPer];
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) x[j] = x[j] * keep + w * a[j];
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = first + b * kCombineWarps;
+      ms[b] = make_float2(-INFINITY, 0.0f);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) a[b][j] = 0.0f;
+      if (i < parts_n) {
+        const float* row = base + i * kRow;
+        ms[b] = *reinterpret_cast<const float2*>(row);
+        LoadFloats<kPer>(row + kAccOffset + lane * kPer, a[b]);
+      }
+    }
+    float new_max = max_m;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) new_max = fmaxf(new_max, ms[b].x);
+    // A part with no positions has max -inf; until one has some, everything stays 0.
+    const float ref = new_max == -INFINITY ? 0.0f : new_max;
+    const float keep = exp2f(max_m - ref);
+    sum *= keep;
+#pragma unroll
+    for (int j = 0; j < kPer; ++j) x[j] *= keep;
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const float w = exp2f(ms[b].x - ref);
+      sum += w * ms[b].y;
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) x[j] += w * a[b][j];
+    }
     max_m = new_max;
   }
 #pragma unroll
@@ -277,21 +304,33 @@ LaunchStatus LaunchAttention(const AttentionParams& p, const PositionSource& src
         } else {
           const dim3 heads(p.num_q_heads, p.num_seqs);
           const float* parts_in = parts;
-          auto combine = [&](auto warps) {
+          auto combine = [&](auto warps, auto batch) {
             constexpr int kCombineWarps = decltype(warps)::value;
-            return LaunchDependent(AttentionCombineKernel<kD, kCombineWarps>, heads,
-                                   dim3(kCombineWarps * 32), 0, stream, false, p, plan.parts(),
-                                   parts_in);
+            return LaunchDependent(
+                AttentionCombineKernel<kD, kCombineWarps, decltype(batch)::value>, heads,
+                dim3(kCombineWarps * 32), 0, stream, false, p, plan.parts(), parts_in);
+          };
+          auto with_batch = [&](auto warps) {
+            switch (CombineBatch(plan.parts(), decltype(warps)::value)) {
+              case 8:
+                return combine(warps, IntConstant<8>{});
+              case 4:
+                return combine(warps, IntConstant<4>{});
+              case 2:
+                return combine(warps, IntConstant<2>{});
+              default:
+                return combine(warps, IntConstant<1>{});
+            }
           };
           switch (CombineWarps(plan.parts())) {
             case 16:
-              launched = combine(IntConstant<16>{});
+              launched = with_batch(IntConstant<16>{});
               break;
             case 8:
-              launched = combine(IntConstant<8>{});
+              launched = with_batch(IntConstant<8>{});
               break;
             default:
-              launched = combine(IntConstant<4>{});
+              launched = with_batch(IntConstant<4>{});
           }
         }
         return LaunchStatus{launched, nullptr};
