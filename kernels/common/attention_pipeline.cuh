@@ -642,8 +642,8 @@ __device__ void WriteOutputs(const float* merge, int sets, int warps_per_set, in
   MergeWarps<kHeadDim, kRows>(
       merge, sets, warps_per_set, first_local, group,
       [&](int local, int e, float, float sum, float4 o) {
-        float4 y = {Normalized(o.x, sum, p), Normalized(o.y, sum, p), Normalized(o.z, sum, p),
-                    Normalized(o.w, sum, p)};
+        const float4 y = {Normalized(o.x, sum, p), Normalized(o.y, sum, p), Normalized(o.z, sum, p),
+                          Normalized(o.w, sum, p)};
         *reinterpret_cast<float4*>(x + (local - first_local) * kHeadDim + e) = y;
       });
   __syncthreads();
