@@ -1,12 +1,15 @@
-// Cache write on the GPU. One thread owns 16 consecutive elements of one (token, head): a TurboNV
-// group. The D/16 threads of a head sit in one warp, so the cross-group stages of the rotation are
-// xor-shuffles; within a thread the arithmetic is the shared host/device code of kvpool/format
-// (E4M3 through the hardware converter, on inputs it encodes as the reference does), which is what
-// makes the bytes identical to the CPU reference.
+// Cache write on the GPU. A thread owns items of 16 consecutive elements of one (token, head): a
+// TurboNV group. The D/16 threads of a head sit in one warp, so the cross-group stages of the
+// rotation are xor-shuffles; within a thread the arithmetic is the shared host/device code of
+// kvpool/format (E4M3 through the hardware converter, on inputs it encodes as the reference does),
+// which is what makes the bytes identical to the CPU reference.
+#include <cuda_fp16.h>
+
 #include <cstdint>
 
 #include "kernels/cache_write/cache_write_launch.h"
 #include "kernels/common/fast_divisor.h"
+#include "kernels/common/work_split.h"
 #include "kvpool/format/head_codec.h"
 
 namespace kvp {
@@ -45,15 +48,32 @@ __device__ __forceinline__ void StoreBf16x16(const float* x, uint8_t* dst) {
   d[1] = make_uint4(w[4], w[5], w[6], w[7]);
 }
 
+// E4m3x2FromFloat of two values that are bf16 values, through f16: f16 holds a bf16 value exactly
+// from 2^-17 up to 65504; below that both the value and its f16 are under half E4M3's smallest
+// subnormal (zeros of the value's sign), above it both saturate. The converter from f16 then
+// agrees with E4m3FromFloat everywhere, ties below 2^-6 included (every bf16 value is checked by
+// the GPU tests), so two conversions a pair replace E4m3SnapBelowMinNormal's five a value.
+__device__ __forceinline__ uint32_t E4m3x2FromBf16Values(float a, float b) {
+  const __half2 h = __floats2half2_rn(a, b);
+  return __nv_cvt_halfraw2_to_fp8x2(static_cast<__half2_raw>(h), __NV_SATFINITE, __NV_E4M3);
+}
+
 // E4m3FromFloat of 16 values: the converter on all of them, then, in the rare thread that has a
 // NaN (the only input that becomes 0x7F or 0xFF), the NaN's sign that the converter dropped.
+// kBf16Values: every value is a bf16 value (E4m3x2FromBf16Values).
+template <bool kBf16Values>
 __device__ __forceinline__ uint4 E4m3x16(const float* v) {
   uint32_t w[4];
   uint32_t nan_bytes = 0;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    w[i] = E4m3x2FromFloat(v[4 * i], v[4 * i + 1]) |
-           (E4m3x2FromFloat(v[4 * i + 2], v[4 * i + 3]) << 16);
+    if constexpr (kBf16Values) {
+      w[i] = E4m3x2FromBf16Values(v[4 * i], v[4 * i + 1]) |
+             (E4m3x2FromBf16Values(v[4 * i + 2], v[4 * i + 3]) << 16);
+    } else {
+      w[i] = E4m3x2FromFloat(v[4 * i], v[4 * i + 1]) |
+             (E4m3x2FromFloat(v[4 * i + 2], v[4 * i + 3]) << 16);
+    }
     // A byte whose low seven bits are all ones becomes 0x80 here, no other byte reaches it.
     nan_bytes |= (w[i] & 0x7F7F7F7Fu) + 0x01010101u;
   }
@@ -69,23 +89,25 @@ __device__ __forceinline__ uint4 E4m3x16(const float* v) {
   return make_uint4(w[0], w[1], w[2], w[3]);
 }
 
-// 16 values as E4M3(x · multiplier) or E4M3(x / divisor): one of the two is 1.
+// 16 bf16 values as E4M3(x · multiplier) or E4M3(x / divisor): one of the two is 1.
 __device__ __forceinline__ void StoreE4m3x16(const float* x, float divisor, float multiplier,
                                              uint8_t* dst) {
-  // x / 1 == x and x · 1 == x exactly, so skipping either keeps the reference's bytes; NaN skips
-  // the arithmetic too, which would drop its sign. The choice is one per call, not per value.
+  // x / 1 == x and x · 1 == x exactly, so skipping either keeps the reference's bytes (and the
+  // values bf16 values); NaN skips the arithmetic too, which would drop its sign. The choice is one
+  // per call, not per value.
+  if (divisor == 1.0f && multiplier == 1.0f) {
+    *reinterpret_cast<uint4*>(dst) = E4m3x16<true>(x);
+    return;
+  }
   float v[16];
   if (divisor != 1.0f) {
 #pragma unroll
     for (int i = 0; i < 16; ++i) v[i] = isnan(x[i]) ? x[i] : DivRn(x[i], divisor);
-  } else if (multiplier != 1.0f) {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) v[i] = isnan(x[i]) ? x[i] : MulRn(x[i], multiplier);
   } else {
 #pragma unroll
-    for (int i = 0; i < 16; ++i) v[i] = x[i];
+    for (int i = 0; i < 16; ++i) v[i] = isnan(x[i]) ? x[i] : MulRn(x[i], multiplier);
   }
-  *reinterpret_cast<uint4*>(dst) = E4m3x16(v);
+  *reinterpret_cast<uint4*>(dst) = E4m3x16<false>(v);
 }
 
 // The sign flips that start the rotation, on one group's 16 values while they are still packed
@@ -134,18 +156,43 @@ __device__ __forceinline__ void RotateHead(float* x, int group) {
   for (int i = 0; i < 16; ++i) x[i] = MulRn(x[i], kInvSqrt);
 }
 
-// TurboLevel from a copy of the codebook in shared memory: one load (the levels sit in distinct
-// banks) instead of a tree of selects per value.
-struct SharedTurboLevels {
-  const float* levels;
-  __device__ float operator()(int code) const { return levels[code]; }
+// The codebook's cells (turbo_code_cells.h) in global memory, copied into each CTA's shared memory.
+template <int kBits>
+__device__ const TurboCells<kBits> kDeviceTurboCells = MakeTurboCells<kBits>();
+
+// The cells in shared memory, eight copies side by side: copy j of cell c is 16-byte chunk 8c + j,
+// and lane l reads copy l % 8. The eight lanes that share a wavefront of a 16-byte load then read
+// eight different bank groups whatever their cells (one copy: 12 wavefronts a load instead of 4).
+constexpr int kCellCopies = 8;
+using SharedCells = TurboCell[kTurboCells][kCellCopies];
+
+// TurboCode and its level from the shared cells: per value the fused multiply-add of
+// TurboCellBiased, one LEA (the bias's bits vanish in its shift) and one 16-byte load.
+struct SharedTurboCells {
+  static constexpr bool kFiniteOnly = true;
+  uint32_t base;  // shared address of this lane's copy of cell 0
+
+  __device__ explicit SharedTurboCells(const SharedCells& cells)
+      : base(
+            static_cast<uint32_t>(__cvta_generic_to_shared(&cells[0][threadIdx.x % kCellCopies]))) {
+  }
+
+  __device__ TurboCodeLevel operator()(float u) const {
+    static_assert(sizeof(TurboCell) * kCellCopies == 1 << 7);
+    const uint32_t address = (__float_as_uint(TurboCellBiased(u)) << 7) + base;
+    TurboCell cell;
+    asm("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+        : "=f"(cell.boundary), "=f"(cell.level_below), "=f"(cell.level_above), "=r"(cell.code_below)
+        : "r"(address));
+    return TurboCodeInCell(cell, u);
+  }
 };
 
 template <int kBits>
 __device__ __forceinline__ void StoreTurboGroup(const float* y, float v_scale, uint8_t* data,
-                                                uint8_t* scale, SharedTurboLevels levels) {
+                                                uint8_t* scale, SharedTurboCells cells) {
   uint8_t packed[kTurboGroupBytes<kBits>];
-  TurboEncodeGroup<kBits>(y, v_scale, packed, scale, levels);
+  TurboEncodeGroup<kBits>(y, v_scale, packed, scale, cells);
   if constexpr (kBits == 2) {
     *reinterpret_cast<uint32_t*>(data) =
         packed[0] | (packed[1] << 8) | (packed[2] << 16) | (uint32_t{packed[3]} << 24);
@@ -162,21 +209,81 @@ __device__ __forceinline__ void StoreTurboGroup(const float* y, float v_scale, u
   }
 }
 
-// kVBits: 2/3/4 for turboN, 16 for bf16 values.
-// Items (one thread's 16 elements) are numbered in 32 bits; block sizes are powers of two.
-// Five CTAs an SM (48 registers; turbo3 without spills, turbo4 with 8 bytes): H200, 32,768 tokens
-// x 8 layers, 635 -> 620 us against four, in two runs; six (40 registers, spilling) 626; three 676.
-template <int kHeadDim, int kVBits>
-__global__ void __launch_bounds__(kThreads, 5)
-    CacheWriteKernel(CacheWriteParams p, int kv_blocks, FastDivisor heads) {
+// One thread's item, 16 elements of one (token, head), as loaded: K, V and the token's slot.
+struct KvItem {
+  int head, group;
+  int64_t slot;  // -1: skipped, or past the last token
+  Bf16x16 k_raw, v_raw;
+};
+
+template <int kHeadDim>
+__device__ __forceinline__ KvItem LoadKvItem(const CacheWriteParams& p, uint32_t item,
+                                             FastDivisor heads) {
   constexpr int kGroups = kHeadDim / 16;
+  const uint32_t token_head = item / kGroups;
+  const uint32_t token = heads.Divide(token_head);
+  KvItem it{static_cast<int>(token_head - token * heads.divisor()),
+            static_cast<int>(item % kGroups),
+            -1,
+            {},
+            {}};
+  // The slot, K and V are loaded together: one memory latency, not three in a row. (K and V of a
+  // skipped slot are read for nothing; skipped slots are rare.)
+  if (token < p.num_tokens) {
+    const int64_t src = int64_t{token_head} * kHeadDim + it.group * 16;
+    it.slot = p.slot_mapping[token];
+    it.k_raw = LoadBf16x16(p.k + src);
+    it.v_raw = LoadBf16x16(p.v + src);
+  }
+  return it;
+}
+
+__device__ __forceinline__ void WriteK(const LayerCache& c, const KvItem& it) {
+  if (it.slot < 0) return;
+  float x[16];
+  Unpack(it.k_raw, x);
+  uint8_t* k_row = c.K(it.slot >> (__ffs(c.block_size) - 1),
+                       static_cast<int>(it.slot & (c.block_size - 1)), it.head);
+  if (c.k_codec.format == KvFormat::kFp8E4m3) {
+    StoreE4m3x16(x, c.k_codec.scale, 1.0f, k_row + it.group * 16);
+  } else {
+    StoreBf16x16(x, k_row + it.group * 32);
+  }
+}
+
+template <int kHeadDim, int kVBits>
+__device__ __forceinline__ void WriteV(const LayerCache& c, KvItem& it, const SharedCells& cells) {
+  const int64_t block = it.slot >> (__ffs(c.block_size) - 1);
+  const int offset = static_cast<int>(it.slot & (c.block_size - 1));
+  float x[16];
+  // Every lane joins the rotation's shuffles (a lane past the last token with zeros); only live
+  // slots store.
+  if constexpr (kVBits == 16) {
+    Unpack(it.v_raw, x);
+    if (it.slot >= 0) StoreBf16x16(x, c.VData(block, offset, it.head) + it.group * 32);
+  } else {
+    if (c.v_codec.rotate) FlipRotationSigns(it.v_raw, it.group, c.v_codec.signs);
+    Unpack(it.v_raw, x);
+    if (c.v_codec.rotate) RotateHead<kHeadDim / 16>(x, it.group);
+    if (it.slot >= 0) {
+      StoreTurboGroup<kVBits>(x, c.v_codec.scale,
+                              c.VData(block, offset, it.head) + it.group * kTurboGroupBytes<kVBits>,
+                              c.VScale(block, offset, it.head) + it.group, SharedTurboCells(cells));
+    }
+  }
+}
+
+// CTAs an SM (64 registers a thread).
+constexpr int kCtasPerSm = 4;
+
+// kVBits: 2/3/4 for turboN, 16 for bf16 values. kItems: the K/V items a thread takes, all loaded
+// before the first is computed (Launch says when two pay off).
+// Items (one thread's 16 elements) are numbered in 32 bits; block sizes are powers of two.
+template <int kHeadDim, int kVBits, int kItems>
+__global__ void __launch_bounds__(kThreads, kCtasPerSm)
+    CacheWriteKernel(CacheWriteParams p, int kv_blocks, FastDivisor heads) {
   const LayerCache& c = p.cache;
   const int block_shift = __ffs(c.block_size) - 1;
-  __shared__ float levels[16];
-  if constexpr (kVBits != 16) {
-    if (threadIdx.x < (1u << kVBits)) levels[threadIdx.x] = TurboLevel<kVBits>(threadIdx.x);
-    __syncthreads();
-  }
   if (static_cast<int>(blockIdx.x) >= kv_blocks) {
     // Indexer keys: 8 threads of 16 elements per token.
     const uint32_t item = (blockIdx.x - kv_blocks) * kThreads + threadIdx.x;
@@ -206,64 +313,56 @@ __global__ void __launch_bounds__(kThreads, 5)
     return;
   }
 
-  const uint32_t item = blockIdx.x * kThreads + threadIdx.x;
-  const uint32_t token_head = item / kGroups;
-  const int group = static_cast<int>(item % kGroups);
-  const uint32_t token = heads.Divide(token_head);
-  const int head = static_cast<int>(token_head - token * heads.divisor());
-  const bool live = token < p.num_tokens;
-  const int64_t src = int64_t{token_head} * kHeadDim + group * 16;
-  // The slot, K and V are loaded together: one memory latency, not three in a row. (K and V of a
-  // skipped slot are read for nothing; skipped slots are rare.)
-  int64_t slot = -1;
-  Bf16x16 k_raw{}, v_raw{};
-  if (live) {
-    slot = p.slot_mapping[token];
-    k_raw = LoadBf16x16(p.k + src);
-    v_raw = LoadBf16x16(p.v + src);
+  KvItem items[kItems];
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    items[j] = LoadKvItem<kHeadDim>(p, (blockIdx.x * kItems + j) * kThreads + threadIdx.x, heads);
   }
-  const int64_t block = slot >> block_shift;
-  const int offset = static_cast<int>(slot & (c.block_size - 1));
-
-  float x[16];
-  if (slot >= 0) {
-    Unpack(k_raw, x);
-    uint8_t* k_row = c.K(block, offset, head);
-    if (c.k_codec.format == KvFormat::kFp8E4m3) {
-      StoreE4m3x16(x, c.k_codec.scale, 1.0f, k_row + group * 16);
-    } else {
-      StoreBf16x16(x, k_row + group * 32);
+  // The cells are copied while K and V are on their way (the indexer's CTAs returned above, so the
+  // whole CTA is here), by loads that L1 caches: every CTA reads the same 1 KB, and copies that
+  // bypass L1 (cp.async.cg) took the 8 layers from 562 to 2,990 us.
+  __shared__ SharedCells cells;
+  if constexpr (kVBits != 16) {
+    constexpr int kCopies = kTurboCells * kCellCopies;
+    static_assert(kCopies % kThreads == 0);
+#pragma unroll
+    for (int r = 0; r < kCopies / kThreads; ++r) {
+      const int i = r * kThreads + threadIdx.x;
+      cells[i / kCellCopies][i % kCellCopies] = kDeviceTurboCells<kVBits>.cell[i / kCellCopies];
     }
+    __syncthreads();
   }
-  // Every lane joins the rotation's shuffles (a lane past the last token with zeros); only live
-  // slots store.
-  if constexpr (kVBits == 16) {
-    Unpack(v_raw, x);
-    if (slot >= 0) StoreBf16x16(x, c.VData(block, offset, head) + group * 32);
-  } else {
-    if (c.v_codec.rotate) FlipRotationSigns(v_raw, group, c.v_codec.signs);
-    Unpack(v_raw, x);
-    if (c.v_codec.rotate) RotateHead<kGroups>(x, group);
-    if (slot >= 0) {
-      StoreTurboGroup<kVBits>(x, c.v_codec.scale,
-                              c.VData(block, offset, head) + group * kTurboGroupBytes<kVBits>,
-                              c.VScale(block, offset, head) + group, SharedTurboLevels{levels});
-    }
+#pragma unroll
+  for (int j = 0; j < kItems; ++j) {
+    WriteK(c, items[j]);
+    WriteV<kHeadDim, kVBits>(c, items[j], cells);
   }
 }
 
 template <int kHeadDim, int kVBits>
 LaunchStatus Launch(const CacheWriteParams& p, cudaStream_t stream) {
   const int64_t kv_items = p.num_tokens * p.cache.num_kv_heads * (kHeadDim / 16);
-  const int64_t kv_blocks = (kv_items + kThreads - 1) / kThreads;
+  // Two items a thread where the CTAs come in waves: the second item's loads are in flight while
+  // the first computes (H200, 32,768 tokens x 8 layers, before the E4M3 conversion through f16:
+  // one item a thread at five CTAs an SM 596 us, two at four 587, two at five, spilling, 693). A
+  // write that fits the GPU at once (a decode step's tokens) takes one, so that no thread's chain
+  // of work is twice as long.
+  const int items = kv_items > int64_t{SmCount()} * kCtasPerSm * kThreads ? 2 : 1;
+  const int64_t kv_blocks = (kv_items + kThreads * items - 1) / (kThreads * items);
   const int64_t index_blocks =
       p.cache.has_indexer ? (p.num_tokens * 8 + kThreads - 1) / kThreads : 0;
   if (kv_blocks + index_blocks == 0) return {};
-  if ((kv_blocks + index_blocks) * kThreads > UINT32_MAX) {
+  if ((kv_blocks * items + index_blocks) * kThreads > UINT32_MAX) {
     return Unsupported("cache writes of 2^32 or more 16-element items (split the tokens)");
   }
-  CacheWriteKernel<kHeadDim, kVBits><<<kv_blocks + index_blocks, kThreads, 0, stream>>>(
-      p, static_cast<int>(kv_blocks), FastDivisor(static_cast<uint32_t>(p.cache.num_kv_heads)));
+  const FastDivisor heads(static_cast<uint32_t>(p.cache.num_kv_heads));
+  if (items == 2) {
+    CacheWriteKernel<kHeadDim, kVBits, 2>
+        <<<kv_blocks + index_blocks, kThreads, 0, stream>>>(p, static_cast<int>(kv_blocks), heads);
+  } else {
+    CacheWriteKernel<kHeadDim, kVBits, 1>
+        <<<kv_blocks + index_blocks, kThreads, 0, stream>>>(p, static_cast<int>(kv_blocks), heads);
+  }
   return LastLaunchError();
 }
 

@@ -80,11 +80,15 @@ KVP_HD constexpr float TurboLevel(int code) {
 // Boundary between code j and code j + 1: float32(C_j + C_{j+1}) · 0.5, each step one IEEE
 // single-precision operation, evaluated at compile time (constant evaluation rounds like the
 // hardware: to nearest even).
+template <int kBits>
+KVP_HD constexpr float TurboBoundaryAt(int j) {
+  return (TurboCodebook<kBits>::Level(j) + TurboCodebook<kBits>::Level(j + 1)) * 0.5f;
+}
+
 template <int kBits, int kJ>
 KVP_HD constexpr float TurboBoundary() {
-  constexpr float kSum = TurboCodebook<kBits>::Level(kJ) + TurboCodebook<kBits>::Level(kJ + 1);
-  constexpr float kHalf = kSum * 0.5f;
-  return kHalf;
+  constexpr float kBoundary = TurboBoundaryAt<kBits>(kJ);
+  return kBoundary;
 }
 
 // Code of u: the number of boundaries T_j with u >= T_j (ties go up). NaN gives 0. The boundaries

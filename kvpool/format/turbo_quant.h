@@ -11,6 +11,7 @@
 #include "base/hd.h"
 #include "kvpool/format/e4m3.h"
 #include "kvpool/format/rotation.h"
+#include "kvpool/format/turbo_code_cells.h"
 #include "kvpool/format/turbo_codebook.h"
 
 namespace kvp {
@@ -36,18 +37,27 @@ KVP_HD void TurboUnpackGroup(const uint8_t* in, uint8_t* codes) {
   }
 }
 
-// TurboLevel as a callable: the default level source of TurboEncodeGroup. (The GPU cache write
-// passes one that reads the same levels from a table in shared memory.)
+// TurboCode and its level by the search that defines them: valid for every u, NaN included.
 template <int kBits>
-struct TurboLevelOf {
-  KVP_HD float operator()(int code) const { return TurboLevel<kBits>(code); }
+struct TurboSearchCode {
+  static constexpr bool kFiniteOnly = false;
+  KVP_HD TurboCodeLevel operator()(float u) const {
+#ifdef __CUDA_ARCH__
+    const int code = TurboCodeSelect<kBits>(u);
+#else
+    const int code = TurboCode<kBits>(u);
+#endif
+    return {code, TurboLevel<kBits>(code)};
+  }
 };
 
 // Quantizes one group x[16] (already rotated): writes the packed codes and the scale byte
-// (0x7F when the group holds NaN; NaN values get code 0). level_of(code) must be TurboLevel.
-template <int kBits, class LevelOf = TurboLevelOf<kBits>>
+// (0x7F when the group holds NaN; NaN values get code 0). code_of(u) must give TurboCode(u) and its
+// level: for every u, or (kFiniteOnly, like the GPU's lookup of turbo_code_cells.h) for finite
+// |u| <= kTurboCellReach, in which case a group that could produce anything else takes the search.
+template <int kBits, class CodeOf = TurboSearchCode<kBits>>
 KVP_HD void TurboEncodeGroup(const float* x, float v_scale, uint8_t* packed, uint8_t* scale_byte,
-                             LevelOf level_of = {}) {
+                             CodeOf code_of = {}) {
   uint8_t codes[kTurboGroupSize];
   float a = 0.0f;
   for (int i = 0; i < kTurboGroupSize; ++i) a = MaxAbs(x[i], a);
@@ -59,17 +69,23 @@ KVP_HD void TurboEncodeGroup(const float* x, float v_scale, uint8_t* packed, uin
   }
   const float alpha = DivRn(TurboMaxLevel<kBits>(), a);
   float sum_x2 = 0.0f;
+  for (int i = 0; i < kTurboGroupSize; ++i) sum_x2 = Fma(x[i], x[i], sum_x2);
   float sum_c2 = 0.0f;
-  for (int i = 0; i < kTurboGroupSize; ++i) {
-#ifdef __CUDA_ARCH__
-    const int code = TurboCodeSelect<kBits>(MulRn(alpha, x[i]));
-#else
-    const int code = TurboCode<kBits>(MulRn(alpha, x[i]));
-#endif
-    codes[i] = static_cast<uint8_t>(code);
-    sum_x2 = Fma(x[i], x[i], sum_x2);
-    const float c = level_of(code);
-    sum_c2 = Fma(c, c, sum_c2);
+  const auto quantize = [&](auto code_of_u) {
+    for (int i = 0; i < kTurboGroupSize; ++i) {
+      const TurboCodeLevel q = code_of_u(MulRn(alpha, x[i]));
+      codes[i] = static_cast<uint8_t>(q.code);
+      sum_c2 = Fma(q.level, q.level, sum_c2);
+    }
+  };
+  // |u| = |alpha·x| stays within the largest level (up to two roundings) when no x is NaN (MaxAbs
+  // skipped it; the sum of squares did not) and alpha is finite and above 0 (an infinite x makes
+  // alpha 0, a denormal a can make it infinite).
+  const bool u_finite = !IsNan(sum_x2) && FloatBits(alpha) - 1u < 0x7F7FFFFFu;
+  if (!CodeOf::kFiniteOnly || u_finite) {
+    quantize(code_of);
+  } else {
+    quantize(TurboSearchCode<kBits>{});
   }
   const float s = DivRn(SqrtRn(sum_x2), SqrtRn(sum_c2));  // matched norm
   TurboPackGroup<kBits>(codes, packed);

@@ -163,6 +163,36 @@ TEST_F(CudaKernelsTest, CacheWriteIsBitIdenticalToTheReference) {
   }
 }
 
+TEST_F(CudaKernelsTest, LargeCacheWriteIsBitIdenticalToTheReference) {
+  // Enough tokens that the kernel gives each thread two items (more than one wave of CTAs), and a
+  // count that leaves the last CTA's second items partly past the end.
+  for (KvFormat v : {KvFormat::kTurbo3, KvFormat::kTurbo4}) {
+    PoolSpec spec;
+    spec.num_layers = 1;
+    spec.num_kv_heads = 8;
+    spec.head_dim = 128;
+    spec.block_size = 64;
+    spec.v_format = v;
+    spec.indexer = true;
+    const BlockLayout layout = BlockLayout::Create(spec).value();
+    const int tokens = 9001;
+    const int64_t blocks = (tokens + 63) / 64 + 4;
+    std::vector<uint8_t> host(blocks * layout.block_stride(), 0xFF);
+    DeviceBuffer arena = Up(host);
+    std::vector<int64_t> all(blocks * 64);
+    std::iota(all.begin(), all.end(), 0);
+    std::shuffle(all.begin(), all.end(), rng_);
+    std::vector<int64_t> slots(all.begin(), all.begin() + tokens);
+    for (int t = 0; t < tokens; t += 97) slots[t] = -1;
+    const CacheWriteInputs in(RandomBf16(rng_, size_t(tokens) * 8 * 128, 2.0f),
+                              RandomBf16(rng_, size_t(tokens) * 8 * 128, 0.5f),
+                              RandomBf16(rng_, size_t(tokens) * 128, 1.0f), std::move(slots));
+    const std::vector<uint8_t> got = WriteEveryLayer(layout, blocks, in, host, arena);
+    const auto [mismatches, first] = Differences(got, host);
+    EXPECT_EQ(mismatches, 0u) << spec.DebugString() << " first at byte " << first;
+  }
+}
+
 TEST_F(CudaKernelsTest, CacheWriteEncodesEveryBf16ValueLikeTheReference) {
   // All 65,536 bf16 bit patterns (both zeros, every subnormal-range tie of E4M3, infinities, quiet
   // and signalling NaN of both signs) as K, V and index K, in a fresh order each run, with K scales
