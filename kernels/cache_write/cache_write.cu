@@ -181,9 +181,10 @@ struct SharedTurboCells {
     static_assert(sizeof(TurboCell) * kCellCopies == 1 << 7);
     const uint32_t address = (__float_as_uint(TurboCellBiased(u)) << 7) + base;
     TurboCell cell;
-    asm("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
-        : "=f"(cell.boundary), "=f"(cell.level_below), "=f"(cell.level_above), "=r"(cell.code_below)
-        : "r"(address));
+    asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];"
+                 : "=f"(cell.boundary), "=f"(cell.level_below), "=f"(cell.level_above),
+                   "=r"(cell.code_below)
+                 : "r"(address));
     return TurboCodeInCell(cell, u);
   }
 };
