@@ -3,8 +3,6 @@
 // rotation are xor-shuffles; within a thread the arithmetic is the shared host/device code of
 // kvpool/format (E4M3 through the hardware converter, on inputs it encodes as the reference does),
 // which is what makes the bytes identical to the CPU reference.
-#include <cuda_fp16.h>
-
 #include <cstdint>
 
 #include "kernels/cache_write/cache_write_launch.h"
@@ -46,16 +44,6 @@ __device__ __forceinline__ void StoreBf16x16(const float* x, uint8_t* dst) {
   uint4* d = reinterpret_cast<uint4*>(dst);
   d[0] = make_uint4(w[0], w[1], w[2], w[3]);
   d[1] = make_uint4(w[4], w[5], w[6], w[7]);
-}
-
-// E4m3x2FromFloat of two values that are bf16 values, through f16: f16 holds a bf16 value exactly
-// from 2^-17 up to 65504; below that both the value and its f16 are under half E4M3's smallest
-// subnormal (zeros of the value's sign), above it both saturate. The converter from f16 then
-// agrees with E4m3FromFloat everywhere, ties below 2^-6 included (every bf16 value is checked by
-// the GPU tests), so two conversions a pair replace E4m3SnapBelowMinNormal's five a value.
-__device__ __forceinline__ uint32_t E4m3x2FromBf16Values(float a, float b) {
-  const __half2 h = __floats2half2_rn(a, b);
-  return __nv_cvt_halfraw2_to_fp8x2(static_cast<__half2_raw>(h), __NV_SATFINITE, __NV_E4M3);
 }
 
 // E4m3FromFloat of 16 values: the converter on all of them, then, in the rare thread that has a
