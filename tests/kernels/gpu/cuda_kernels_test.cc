@@ -165,7 +165,7 @@ TEST_F(CudaKernelsTest, CacheWriteIsBitIdenticalToTheReference) {
 
 TEST_F(CudaKernelsTest, LargeCacheWriteIsBitIdenticalToTheReference) {
   // Enough tokens that the kernel gives each thread two items (more than one wave of CTAs), and a
-  // count that leaves the last CTA's second items partly past the end.
+  // count that leaves part of the last CTA's items past the end.
   for (KvFormat v : {KvFormat::kTurbo3, KvFormat::kTurbo4}) {
     PoolSpec spec;
     spec.num_layers = 1;
