@@ -198,6 +198,16 @@ __device__ __forceinline__ void StoreTurboGroup(const float* y, float v_scale, u
   }
 }
 
+// Where slot `slot` lies: its block and its offset in the block (block sizes are powers of two).
+struct SlotPlace {
+  int64_t block;
+  int offset;
+};
+
+__device__ __forceinline__ SlotPlace PlaceOfSlot(const LayerCache& c, int64_t slot) {
+  return {slot >> (__ffs(c.block_size) - 1), static_cast<int>(slot & (c.block_size - 1))};
+}
+
 // One thread's item, 16 elements of one (token, head), as loaded: K, V and the token's slot.
 struct KvItem {
   int head, group;
@@ -231,8 +241,8 @@ __device__ __forceinline__ void WriteK(const LayerCache& c, const KvItem& it) {
   if (it.slot < 0) return;
   float x[16];
   Unpack(it.k_raw, x);
-  uint8_t* k_row = c.K(it.slot >> (__ffs(c.block_size) - 1),
-                       static_cast<int>(it.slot & (c.block_size - 1)), it.head);
+  const SlotPlace at = PlaceOfSlot(c, it.slot);
+  uint8_t* k_row = c.K(at.block, at.offset, it.head);
   if (c.k_codec.format == KvFormat::kFp8E4m3) {
     StoreE4m3x16(x, c.k_codec.scale, 1.0f, k_row + it.group * 16);
   } else {
@@ -242,22 +252,22 @@ __device__ __forceinline__ void WriteK(const LayerCache& c, const KvItem& it) {
 
 template <int kHeadDim, int kVBits>
 __device__ __forceinline__ void WriteV(const LayerCache& c, KvItem& it, const SharedCells& cells) {
-  const int64_t block = it.slot >> (__ffs(c.block_size) - 1);
-  const int offset = static_cast<int>(it.slot & (c.block_size - 1));
+  const SlotPlace at = PlaceOfSlot(c, it.slot);
   float x[16];
   // Every lane joins the rotation's shuffles (a lane past the last token with zeros); only live
   // slots store.
   if constexpr (kVBits == 16) {
     Unpack(it.v_raw, x);
-    if (it.slot >= 0) StoreBf16x16(x, c.VData(block, offset, it.head) + it.group * 32);
+    if (it.slot >= 0) StoreBf16x16(x, c.VData(at.block, at.offset, it.head) + it.group * 32);
   } else {
     if (c.v_codec.rotate) FlipRotationSigns(it.v_raw, it.group, c.v_codec.signs);
     Unpack(it.v_raw, x);
     if (c.v_codec.rotate) RotateHead<kHeadDim / 16>(x, it.group);
     if (it.slot >= 0) {
-      StoreTurboGroup<kVBits>(x, c.v_codec.scale,
-                              c.VData(block, offset, it.head) + it.group * kTurboGroupBytes<kVBits>,
-                              c.VScale(block, offset, it.head) + it.group, SharedTurboCells(cells));
+      StoreTurboGroup<kVBits>(
+          x, c.v_codec.scale,
+          c.VData(at.block, at.offset, it.head) + it.group * kTurboGroupBytes<kVBits>,
+          c.VScale(at.block, at.offset, it.head) + it.group, SharedTurboCells(cells));
     }
   }
 }
@@ -272,7 +282,6 @@ template <int kHeadDim, int kVBits, int kItems>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     CacheWriteKernel(CacheWriteParams p, int kv_blocks, FastDivisor heads) {
   const LayerCache& c = p.cache;
-  const int block_shift = __ffs(c.block_size) - 1;
   if (static_cast<int>(blockIdx.x) >= kv_blocks) {
     // Indexer keys: 8 threads of 16 elements per token.
     const uint32_t item = (blockIdx.x - kv_blocks) * kThreads + threadIdx.x;
@@ -290,15 +299,14 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     float s = DivRn(a, kE4m3Max);
     if (c.index_codec.ue8m0) s = RoundUpToUe8m0(s);
     if (slot < 0) return;
-    const int64_t block = slot >> block_shift;
-    const int offset = static_cast<int>(slot & (c.block_size - 1));
+    const SlotPlace at = PlaceOfSlot(c, slot);
     // A UE8M0 scale is a power of two, so dividing by it is multiplying by its exact reciprocal.
     if (c.index_codec.ue8m0) {
-      StoreE4m3x16(x, 1.0f, DivRn(1.0f, s), c.IndexValues(block, offset) + group * 16);
+      StoreE4m3x16(x, 1.0f, DivRn(1.0f, s), c.IndexValues(at.block, at.offset) + group * 16);
     } else {
-      StoreE4m3x16(x, s, 1.0f, c.IndexValues(block, offset) + group * 16);
+      StoreE4m3x16(x, s, 1.0f, c.IndexValues(at.block, at.offset) + group * 16);
     }
-    if (group == 0) *reinterpret_cast<float*>(c.IndexScale(block, offset)) = s;
+    if (group == 0) *reinterpret_cast<float*>(c.IndexScale(at.block, at.offset)) = s;
     return;
   }
 
