@@ -1,6 +1,6 @@
-// Cache write on the GPU. A thread owns items of 16 consecutive elements of one (token, head): a
-// TurboNV group. The D/16 threads of a head sit in one warp, so the cross-group stages of the
-// rotation are xor-shuffles; within a thread the arithmetic is the shared host/device code of
+// Cache write on the GPU. A thread owns an item of kGroups TurboNV groups (16 consecutive elements
+// each) of one (token, head). The threads of a head sit in one warp, so the rotation's stages
+// across items are xor-shuffles; within a thread the arithmetic is the shared host/device code of
 // kvpool/format (E4M3 through the hardware converter, on inputs it encodes as the reference does),
 // which is what makes the bytes identical to the CPU reference.
 #include <cstdint>
@@ -111,15 +111,16 @@ __device__ __forceinline__ void FlipRotationSigns(Bf16x16& raw, int group,
   for (int i = 0; i < 8; ++i) w[i] ^= (spread << (15 - 2 * i)) & 0x80008000u;
 }
 
-// The signed Walsh-Hadamard rotation of one head after FlipRotationSigns, 16 elements per thread,
-// kGroups threads per head in consecutive lanes. Same butterflies, same operands, same order as
-// RotateForward.
-template <int kGroups>
-__device__ __forceinline__ void RotateHead(float* x, int group) {
+// The signed Walsh-Hadamard rotation of one head after FlipRotationSigns, kElems elements per
+// thread, the head's threads in consecutive lanes (`part`: this thread's place among them). Same
+// butterflies, same operands, same order as RotateForward: the stages within a thread first, then
+// those across lanes.
+template <int kHeadDim, int kElems>
+__device__ __forceinline__ void RotateHead(float* x, int part) {
 #pragma unroll
-  for (int h = 1; h < 16; h *= 2) {
+  for (int h = 1; h < kElems; h *= 2) {
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < kElems; ++i) {
       if ((i & h) == 0) {
         const float a = x[i], b = x[i + h];
         x[i] = AddRn(a, b);
@@ -131,17 +132,17 @@ __device__ __forceinline__ void RotateHead(float* x, int group) {
   // in one fused operation is exactly that sum or difference (multiplying by ±1 is exact, so the
   // single rounding is the addition's), without computing both and selecting.
 #pragma unroll
-  for (int lanes = 1; lanes < kGroups; lanes *= 2) {
-    const float own_sign = (group & lanes) != 0 ? -1.0f : 1.0f;
+  for (int lanes = 1; lanes < kHeadDim / kElems; lanes *= 2) {
+    const float own_sign = (part & lanes) != 0 ? -1.0f : 1.0f;
 #pragma unroll
-    for (int i = 0; i < 16; ++i) {
+    for (int i = 0; i < kElems; ++i) {
       const float other = __shfl_xor_sync(0xFFFFFFFFu, x[i], lanes);
       x[i] = __fmaf_rn(x[i], own_sign, other);
     }
   }
-  constexpr float kInvSqrt = InvSqrtHeadDim(kGroups * 16);
+  constexpr float kInvSqrt = InvSqrtHeadDim(kHeadDim);
 #pragma unroll
-  for (int i = 0; i < 16; ++i) x[i] = MulRn(x[i], kInvSqrt);
+  for (int i = 0; i < kElems; ++i) x[i] = MulRn(x[i], kInvSqrt);
 }
 
 // The codebook's cells (turbo_code_cells.h) in global memory, copied into each CTA's shared memory.
@@ -177,25 +178,61 @@ struct SharedTurboCells {
   }
 };
 
-template <int kBits>
-__device__ __forceinline__ void StoreTurboGroup(const float* y, float v_scale, uint8_t* data,
-                                                uint8_t* scale, SharedTurboCells cells) {
-  uint8_t packed[kTurboGroupBytes<kBits>];
-  TurboEncodeGroup<kBits>(y, v_scale, packed, scale, cells);
-  if constexpr (kBits == 2) {
-    *reinterpret_cast<uint32_t*>(data) =
-        packed[0] | (packed[1] << 8) | (packed[2] << 16) | (uint32_t{packed[3]} << 24);
-  } else if constexpr (kBits == 3) {
-    uint16_t* d = reinterpret_cast<uint16_t*>(data);
+// Stores the first kBytes bytes of the little-endian words w at dst, which is aligned to the
+// largest power of two (up to 16) dividing kBytes: the widest stores that alignment allows.
+template <int kBytes>
+__device__ __forceinline__ void StoreWords(const uint32_t (&w)[(kBytes + 3) / 4], uint8_t* dst) {
+  if constexpr (kBytes % 16 == 0) {
 #pragma unroll
-    for (int i = 0; i < 3; ++i)
-      d[i] = static_cast<uint16_t>(packed[2 * i] | (packed[2 * i + 1] << 8));
+    for (int i = 0; i < kBytes / 4; i += 4) {
+      reinterpret_cast<uint4*>(dst)[i / 4] = make_uint4(w[i], w[i + 1], w[i + 2], w[i + 3]);
+    }
+  } else if constexpr (kBytes % 8 == 0) {
+#pragma unroll
+    for (int i = 0; i < kBytes / 4; i += 2) {
+      reinterpret_cast<uint2*>(dst)[i / 2] = make_uint2(w[i], w[i + 1]);
+    }
+  } else if constexpr (kBytes % 4 == 0) {
+#pragma unroll
+    for (int i = 0; i < kBytes / 4; ++i) reinterpret_cast<uint32_t*>(dst)[i] = w[i];
+  } else if constexpr (kBytes % 2 == 0) {
+#pragma unroll
+    for (int i = 0; i < kBytes / 2; ++i) {
+      reinterpret_cast<uint16_t*>(dst)[i] = static_cast<uint16_t>(w[i / 2] >> (16 * (i % 2)));
+    }
   } else {
-    uint64_t v = 0;
 #pragma unroll
-    for (int i = 0; i < 8; ++i) v |= uint64_t{packed[i]} << (8 * i);
-    *reinterpret_cast<uint64_t*>(data) = v;
+    for (int i = 0; i < kBytes; ++i) dst[i] = static_cast<uint8_t>(w[i / 4] >> (8 * (i % 4)));
   }
+}
+
+// Encodes kGroups consecutive groups of y and stores their codes at data, one stream of bits
+// (group j's at bit 16·N·j), and their scales at scale.
+template <int kBits, int kGroups>
+__device__ __forceinline__ void StoreTurboGroups(const float* y, float v_scale, uint8_t* data,
+                                                 uint8_t* scale, SharedTurboCells cells) {
+  constexpr int kGroupBits = kTurboGroupSize * kBits;
+  constexpr int kBytes = kGroups * kTurboGroupBytes<kBits>;
+  uint32_t stream[(kBytes + 3) / 4] = {};
+  uint32_t scales[1] = {0};
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+    TurboCodeWords<kBits> codes;
+    scales[0] |=
+        uint32_t{TurboEncodeGroupCodes<kBits>(y + j * kTurboGroupSize, v_scale, codes, cells)}
+        << (8 * j);
+    // Group j's words moved to bit kGroupBits·j (adding is OR-ing: no bits overlap).
+#pragma unroll
+    for (int k = 0; k < TurboCodeWords<kBits>::kWords; ++k) {
+      const int bit = kGroupBits * j + 32 * k;
+      stream[bit / 32] += codes.word[k] << (bit % 32);
+      if (bit % 32 != 0 && bit / 32 + 1 < (kBytes + 3) / 4) {
+        stream[bit / 32 + 1] += codes.word[k] >> (32 - bit % 32);
+      }
+    }
+  }
+  StoreWords<kBytes>(stream, data);
+  StoreWords<kGroups>(scales, scale);
 }
 
 // Where slot `slot` lies: its block and its offset in the block (block sizes are powers of two).
@@ -208,63 +245,81 @@ __device__ __forceinline__ SlotPlace PlaceOfSlot(const LayerCache& c, int64_t sl
   return {slot >> (__ffs(c.block_size) - 1), static_cast<int>(slot & (c.block_size - 1))};
 }
 
-// One thread's item, 16 elements of one (token, head), as loaded: K, V and the token's slot.
+// One thread's item, kGroups groups of 16 elements of one (token, head), as loaded: K, V and the
+// token's slot.
+template <int kGroups>
 struct KvItem {
-  int head, group;
-  int64_t slot;  // -1: skipped, or past the last token
-  Bf16x16 k_raw, v_raw;
+  int head, group;  // group: the item's first group in its head
+  int64_t slot;     // -1: skipped, or past the last token
+  Bf16x16 k_raw[kGroups], v_raw[kGroups];
 };
 
-template <int kHeadDim>
-__device__ __forceinline__ KvItem LoadKvItem(const CacheWriteParams& p, uint32_t item,
-                                             FastDivisor heads) {
-  constexpr int kGroups = kHeadDim / 16;
-  const uint32_t token_head = item / kGroups;
+template <int kHeadDim, int kGroups>
+__device__ __forceinline__ KvItem<kGroups> LoadKvItem(const CacheWriteParams& p, uint32_t item,
+                                                      FastDivisor heads) {
+  constexpr int kItemsPerHead = kHeadDim / (16 * kGroups);
+  const uint32_t token_head = item / kItemsPerHead;
   const uint32_t token = heads.Divide(token_head);
-  KvItem it{static_cast<int>(token_head - token * heads.divisor()),
-            static_cast<int>(item % kGroups),
-            -1,
-            {},
-            {}};
+  KvItem<kGroups> it{static_cast<int>(token_head - token * heads.divisor()),
+                     static_cast<int>(item % kItemsPerHead) * kGroups,
+                     -1,
+                     {},
+                     {}};
   // The slot, K and V are loaded together: one memory latency, not three in a row. (K and V of a
   // skipped slot are read for nothing; skipped slots are rare.)
   if (token < p.num_tokens) {
     const int64_t src = int64_t{token_head} * kHeadDim + it.group * 16;
     it.slot = p.slot_mapping[token];
-    it.k_raw = LoadBf16x16(p.k + src);
-    it.v_raw = LoadBf16x16(p.v + src);
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j) {
+      it.k_raw[j] = LoadBf16x16(p.k + src + 16 * j);
+      it.v_raw[j] = LoadBf16x16(p.v + src + 16 * j);
+    }
   }
   return it;
 }
 
-__device__ __forceinline__ void WriteK(const LayerCache& c, const KvItem& it) {
+template <int kGroups>
+__device__ __forceinline__ void WriteK(const LayerCache& c, const KvItem<kGroups>& it) {
   if (it.slot < 0) return;
-  float x[16];
-  Unpack(it.k_raw, x);
   const SlotPlace at = PlaceOfSlot(c, it.slot);
   uint8_t* k_row = c.K(at.block, at.offset, it.head);
-  if (c.k_codec.format == KvFormat::kFp8E4m3) {
-    StoreE4m3x16(x, c.k_codec.scale, 1.0f, k_row + it.group * 16);
-  } else {
-    StoreBf16x16(x, k_row + it.group * 32);
+#pragma unroll
+  for (int j = 0; j < kGroups; ++j) {
+    float x[16];
+    Unpack(it.k_raw[j], x);
+    if (c.k_codec.format == KvFormat::kFp8E4m3) {
+      StoreE4m3x16(x, c.k_codec.scale, 1.0f, k_row + (it.group + j) * 16);
+    } else {
+      StoreBf16x16(x, k_row + (it.group + j) * 32);
+    }
   }
 }
 
-template <int kHeadDim, int kVBits>
-__device__ __forceinline__ void WriteV(const LayerCache& c, KvItem& it, const SharedCells& cells) {
+template <int kHeadDim, int kVBits, int kGroups>
+__device__ __forceinline__ void WriteV(const LayerCache& c, KvItem<kGroups>& it,
+                                       const SharedCells& cells) {
   const SlotPlace at = PlaceOfSlot(c, it.slot);
-  float x[16];
+  float x[16 * kGroups];
   // Every lane joins the rotation's shuffles (a lane past the last token with zeros); only live
   // slots store.
   if constexpr (kVBits == 16) {
-    Unpack(it.v_raw, x);
-    if (it.slot >= 0) StoreBf16x16(x, c.VData(at.block, at.offset, it.head) + it.group * 32);
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j) {
+      Unpack(it.v_raw[j], x + 16 * j);
+      if (it.slot >= 0) {
+        StoreBf16x16(x + 16 * j, c.VData(at.block, at.offset, it.head) + (it.group + j) * 32);
+      }
+    }
   } else {
-    if (c.v_codec.rotate) FlipRotationSigns(it.v_raw, it.group, c.v_codec.signs);
-    Unpack(it.v_raw, x);
-    if (c.v_codec.rotate) RotateHead<kHeadDim / 16>(x, it.group);
+#pragma unroll
+    for (int j = 0; j < kGroups; ++j) {
+      if (c.v_codec.rotate) FlipRotationSigns(it.v_raw[j], it.group + j, c.v_codec.signs);
+      Unpack(it.v_raw[j], x + 16 * j);
+    }
+    if (c.v_codec.rotate) RotateHead<kHeadDim, 16 * kGroups>(x, it.group / kGroups);
     if (it.slot >= 0) {
-      StoreTurboGroup<kVBits>(
+      StoreTurboGroups<kVBits, kGroups>(
           x, c.v_codec.scale,
           c.VData(at.block, at.offset, it.head) + it.group * kTurboGroupBytes<kVBits>,
           c.VScale(at.block, at.offset, it.head) + it.group, SharedTurboCells(cells));
@@ -275,10 +330,10 @@ __device__ __forceinline__ void WriteV(const LayerCache& c, KvItem& it, const Sh
 // CTAs an SM (64 registers a thread).
 constexpr int kCtasPerSm = 4;
 
-// kVBits: 2/3/4 for turboN, 16 for bf16 values. kItems: the K/V items a thread takes, all loaded
-// before the first is computed (Launch says when two pay off).
-// Items (one thread's 16 elements) are numbered in 32 bits; block sizes are powers of two.
-template <int kHeadDim, int kVBits, int kItems>
+// kVBits: 2/3/4 for turboN, 16 for bf16 values. kGroups: the 16-element groups of a thread's item,
+// all loaded before the first is computed (Launch says when two pay off).
+// Items are numbered in 32 bits; block sizes are powers of two.
+template <int kHeadDim, int kVBits, int kGroups>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     CacheWriteKernel(CacheWriteParams p, int kv_blocks, FastDivisor heads) {
   const LayerCache& c = p.cache;
@@ -310,11 +365,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     return;
   }
 
-  KvItem items[kItems];
-#pragma unroll
-  for (int j = 0; j < kItems; ++j) {
-    items[j] = LoadKvItem<kHeadDim>(p, (blockIdx.x * kItems + j) * kThreads + threadIdx.x, heads);
-  }
+  KvItem<kGroups> it = LoadKvItem<kHeadDim, kGroups>(p, blockIdx.x * kThreads + threadIdx.x, heads);
   // The cells are copied while K and V are on their way (the indexer's CTAs returned above, so the
   // whole CTA is here), by loads that L1 caches: every CTA reads the same 1 KB, and copies that
   // bypass L1 (cp.async.cg) took the 8 layers from 562 to 2,990 us.
@@ -329,31 +380,28 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     }
     __syncthreads();
   }
-#pragma unroll
-  for (int j = 0; j < kItems; ++j) {
-    WriteK(c, items[j]);
-    WriteV<kHeadDim, kVBits>(c, items[j], cells);
-  }
+  WriteK(c, it);
+  WriteV<kHeadDim, kVBits>(c, it, cells);
 }
 
 template <int kHeadDim, int kVBits>
 LaunchStatus Launch(const CacheWriteParams& p, cudaStream_t stream) {
-  const int64_t kv_items = p.num_tokens * p.cache.num_kv_heads * (kHeadDim / 16);
-  // Two items a thread where the CTAs come in waves: the second item's loads are in flight while
-  // the first computes (H200, 32,768 tokens x 8 layers, before the E4M3 conversion through f16:
-  // one item a thread at five CTAs an SM 596 us, two at four 587, two at five, spilling, 693). A
-  // write that fits the GPU at once (a decode step's tokens) takes one, so that no thread's chain
-  // of work is twice as long.
-  const int items = kv_items > int64_t{SmCount()} * kCtasPerSm * kThreads ? 2 : 1;
-  const int64_t kv_blocks = (kv_items + kThreads * items - 1) / (kThreads * items);
+  const int64_t kv_groups = p.num_tokens * p.cache.num_kv_heads * (kHeadDim / 16);
+  // Two groups a thread where the CTAs come in waves: both groups' loads are in flight together,
+  // and the two share the slot, the row addresses and one stage of the rotation (H200, 32,768
+  // tokens x 8 layers: 534 us, against 561 for two groups of different tokens a thread and 552 for
+  // one). A write that fits the GPU at once (a decode step's tokens) takes one, so that no thread's
+  // chain of work is twice as long.
+  const int groups = kv_groups > int64_t{SmCount()} * kCtasPerSm * kThreads ? 2 : 1;
+  const int64_t kv_blocks = (kv_groups / groups + kThreads - 1) / kThreads;
   const int64_t index_blocks =
       p.cache.has_indexer ? (p.num_tokens * 8 + kThreads - 1) / kThreads : 0;
   if (kv_blocks + index_blocks == 0) return {};
-  if ((kv_blocks * items + index_blocks) * kThreads > UINT32_MAX) {
-    return Unsupported("cache writes of 2^32 or more 16-element items (split the tokens)");
+  if ((kv_blocks + index_blocks) * kThreads > UINT32_MAX) {
+    return Unsupported("cache writes of 2^32 or more items (split the tokens)");
   }
   const FastDivisor heads(static_cast<uint32_t>(p.cache.num_kv_heads));
-  if (items == 2) {
+  if (groups == 2) {
     CacheWriteKernel<kHeadDim, kVBits, 2>
         <<<kv_blocks + index_blocks, kThreads, 0, stream>>>(p, static_cast<int>(kv_blocks), heads);
   } else {

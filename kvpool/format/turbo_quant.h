@@ -19,13 +19,33 @@ namespace kvp {
 template <int kBits>
 inline constexpr int kTurboGroupBytes = kTurboGroupSize* kBits / 8;
 
+// A group's codes packed as they are produced: code i in bits [N·i, N·i + N) of little-endian
+// 32-bit words. The fields never overlap, so a code is added in rather than OR-ed: on the GPU one
+// shift-and-add, where OR-ing in a shifted byte also takes a mask.
+template <int kBits>
+struct TurboCodeWords {
+  static constexpr int kWords = (kTurboGroupBytes<kBits> + 3) / 4;
+  uint32_t word[kWords] = {};
+
+  // code < 2^N.
+  KVP_HD void Put(int i, uint32_t code) {
+    const int bit = kBits * i;
+    word[bit / 32] += code << (bit % 32);
+    if (bit % 32 + kBits > 32) word[bit / 32 + 1] += code >> (32 - bit % 32);
+  }
+  KVP_HD void ToBytes(uint8_t* out) const {
+    for (int b = 0; b < kTurboGroupBytes<kBits>; ++b) {
+      out[b] = static_cast<uint8_t>(word[b / 4] >> (8 * (b % 4)));
+    }
+  }
+};
+
 // Packs 16 codes of kBits each into kTurboGroupBytes<kBits> bytes.
 template <int kBits>
 KVP_HD void TurboPackGroup(const uint8_t* codes, uint8_t* out) {
-  uint64_t stream = 0;
-  for (int i = 0; i < kTurboGroupSize; ++i) stream |= uint64_t{codes[i]} << (kBits * i);
-  for (int b = 0; b < kTurboGroupBytes<kBits>; ++b)
-    out[b] = static_cast<uint8_t>(stream >> (8 * b));
+  TurboCodeWords<kBits> words;
+  for (int i = 0; i < kTurboGroupSize; ++i) words.Put(i, codes[i]);
+  words.ToBytes(out);
 }
 
 template <int kBits>
@@ -51,21 +71,19 @@ struct TurboSearchCode {
   }
 };
 
-// Quantizes one group x[16] (already rotated): writes the packed codes and the scale byte
-// (0x7F when the group holds NaN; NaN values get code 0). code_of(u) must give TurboCode(u) and its
-// level: for every u, or (kFiniteOnly, like the GPU's lookup of turbo_code_cells.h) for finite
-// |u| <= kTurboCellReach, in which case a group that could produce anything else takes the search.
+// Quantizes one group x[16] (already rotated): sets the packed codes (zero on entry) and returns
+// the scale byte (0x7F when the group holds NaN; NaN values get code 0). code_of(u) must give
+// TurboCode(u) and its level: for every u, or (kFiniteOnly, like the GPU's lookup of
+// turbo_code_cells.h) for finite |u| <= kTurboCellReach, in which case a group that could produce
+// anything else takes the search.
 template <int kBits, class CodeOf = TurboSearchCode<kBits>>
-KVP_HD void TurboEncodeGroup(const float* x, float v_scale, uint8_t* packed, uint8_t* scale_byte,
-                             CodeOf code_of = {}) {
-  uint8_t codes[kTurboGroupSize];
+KVP_HD uint8_t TurboEncodeGroupCodes(const float* x, float v_scale, TurboCodeWords<kBits>& codes,
+                                     CodeOf code_of = {}) {
   float a = 0.0f;
   for (int i = 0; i < kTurboGroupSize; ++i) a = MaxAbs(x[i], a);
   if (a == 0.0f) {
-    for (int i = 0; i < kTurboGroupSize; ++i) codes[i] = 1u << (kBits - 1);
-    TurboPackGroup<kBits>(codes, packed);
-    *scale_byte = 0;
-    return;
+    for (int i = 0; i < kTurboGroupSize; ++i) codes.Put(i, 1u << (kBits - 1));
+    return 0;
   }
   const float alpha = DivRn(TurboMaxLevel<kBits>(), a);
   float sum_x2 = 0.0f;
@@ -74,7 +92,7 @@ KVP_HD void TurboEncodeGroup(const float* x, float v_scale, uint8_t* packed, uin
   const auto quantize = [&](auto code_of_u) {
     for (int i = 0; i < kTurboGroupSize; ++i) {
       const TurboCodeLevel q = code_of_u(MulRn(alpha, x[i]));
-      codes[i] = static_cast<uint8_t>(q.code);
+      codes.Put(i, static_cast<uint32_t>(q.code));
       sum_c2 = Fma(q.level, q.level, sum_c2);
     }
   };
@@ -88,12 +106,20 @@ KVP_HD void TurboEncodeGroup(const float* x, float v_scale, uint8_t* packed, uin
     quantize(TurboSearchCode<kBits>{});
   }
   const float s = DivRn(SqrtRn(sum_x2), SqrtRn(sum_c2));  // matched norm
-  TurboPackGroup<kBits>(codes, packed);
   // A group holding NaN gets the canonical NaN scale: NaN's sign after arithmetic is not portable.
   // (Dividing by a v_scale of 1 is exact, so it is skipped.)
-  *scale_byte = IsNan(s)          ? kE4m3NanCode
-                : v_scale == 1.0f ? E4m3FromFloat(s)
-                                  : E4m3FromFloat(DivRn(s, v_scale));
+  return IsNan(s)          ? kE4m3NanCode
+         : v_scale == 1.0f ? E4m3FromFloat(s)
+                           : E4m3FromFloat(DivRn(s, v_scale));
+}
+
+// TurboEncodeGroupCodes with the codes as kTurboGroupBytes<kBits> bytes.
+template <int kBits, class CodeOf = TurboSearchCode<kBits>>
+KVP_HD void TurboEncodeGroup(const float* x, float v_scale, uint8_t* packed, uint8_t* scale_byte,
+                             CodeOf code_of = {}) {
+  TurboCodeWords<kBits> codes;
+  *scale_byte = TurboEncodeGroupCodes<kBits>(x, v_scale, codes, code_of);
+  codes.ToBytes(packed);
 }
 
 // Dequantizes one group into the rotated domain: y_i = (decode(scale) · v_scale) · C[code_i].

@@ -164,32 +164,39 @@ TEST_F(CudaKernelsTest, CacheWriteIsBitIdenticalToTheReference) {
 }
 
 TEST_F(CudaKernelsTest, LargeCacheWriteIsBitIdenticalToTheReference) {
-  // Enough tokens that the kernel gives each thread two items (more than one wave of CTAs), and a
-  // count that leaves part of the last CTA's items past the end.
-  for (KvFormat v : {KvFormat::kTurbo3, KvFormat::kTurbo4}) {
-    PoolSpec spec;
-    spec.num_layers = 1;
-    spec.num_kv_heads = 8;
-    spec.head_dim = 128;
-    spec.block_size = 64;
-    spec.v_format = v;
-    spec.indexer = true;
-    const BlockLayout layout = BlockLayout::Create(spec).value();
-    const int tokens = 9001;
-    const int64_t blocks = (tokens + 63) / 64 + 4;
-    std::vector<uint8_t> host(blocks * layout.block_stride(), 0xFF);
-    DeviceBuffer arena = Up(host);
-    std::vector<int64_t> all(blocks * 64);
-    std::iota(all.begin(), all.end(), 0);
-    std::shuffle(all.begin(), all.end(), rng_);
-    std::vector<int64_t> slots(all.begin(), all.begin() + tokens);
-    for (int t = 0; t < tokens; t += 97) slots[t] = -1;
-    const CacheWriteInputs in(RandomBf16(rng_, size_t(tokens) * 8 * 128, 2.0f),
-                              RandomBf16(rng_, size_t(tokens) * 8 * 128, 0.5f),
-                              RandomBf16(rng_, size_t(tokens) * 128, 1.0f), std::move(slots));
-    const std::vector<uint8_t> got = WriteEveryLayer(layout, blocks, in, host, arena);
-    const auto [mismatches, first] = Differences(got, host);
-    EXPECT_EQ(mismatches, 0u) << spec.DebugString() << " first at byte " << first;
+  // Enough tokens that the kernel gives each thread two groups of a head (more than one wave of
+  // CTAs), for every format and head dim, and a count that leaves part of the last CTA's items
+  // past the end.
+  for (KvFormat v : {KvFormat::kTurbo2, KvFormat::kTurbo3, KvFormat::kTurbo4, KvFormat::kBf16}) {
+    for (int d : {64, 128, 256}) {
+      PoolSpec spec;
+      spec.num_layers = 1;
+      spec.num_kv_heads = 8;
+      spec.head_dim = d;
+      spec.block_size = 64;
+      spec.k_format = d == 256 ? KvFormat::kBf16 : KvFormat::kFp8E4m3;
+      spec.v_format = v;
+      spec.v_rotation = d != 64 || v != KvFormat::kTurbo2;
+      spec.k_scales = {d == 64 ? 0.37f : 1.0f};
+      spec.v_scales = {d == 128 ? 1.0f : 0.05f};
+      spec.indexer = true;
+      const BlockLayout layout = BlockLayout::Create(spec).value();
+      const int tokens = 9001;
+      const int64_t blocks = (tokens + 63) / 64 + 4;
+      std::vector<uint8_t> host(blocks * layout.block_stride(), 0xFF);
+      DeviceBuffer arena = Up(host);
+      std::vector<int64_t> all(blocks * 64);
+      std::iota(all.begin(), all.end(), 0);
+      std::shuffle(all.begin(), all.end(), rng_);
+      std::vector<int64_t> slots(all.begin(), all.begin() + tokens);
+      for (int t = 0; t < tokens; t += 97) slots[t] = -1;
+      const CacheWriteInputs in(RandomBf16(rng_, size_t(tokens) * 8 * d, 2.0f),
+                                RandomBf16(rng_, size_t(tokens) * 8 * d, 0.5f),
+                                RandomBf16(rng_, size_t(tokens) * 128, 1.0f), std::move(slots));
+      const std::vector<uint8_t> got = WriteEveryLayer(layout, blocks, in, host, arena);
+      const auto [mismatches, first] = Differences(got, host);
+      EXPECT_EQ(mismatches, 0u) << spec.DebugString() << " first at byte " << first;
+    }
   }
 }
 
