@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cache_write/cache_write_launch.h"
+#include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/fast_divisor.h"
 #include "kernels/common/work_split.h"
 #include "kvpool/format/head_codec.h"
@@ -336,6 +337,10 @@ constexpr int kCtasPerSm = 4;
 template <int kHeadDim, int kVBits, int kGroups>
 __global__ void __launch_bounds__(kThreads, kCtasPerSm)
     CacheWriteKernel(CacheWriteParams p, int kv_blocks, FastDivisor heads) {
+  // Launched as a dependent (Launch): the next kernel's CTAs may take this grid's SMs as they free,
+  // and this one reads nothing before the kernel before it has completed.
+  LetDependentsLaunch();
+  WaitForPredecessor();
   const LayerCache& c = p.cache;
   if (static_cast<int>(blockIdx.x) >= kv_blocks) {
     // Indexer keys: 8 threads of 16 elements per token.
@@ -401,14 +406,14 @@ LaunchStatus Launch(const CacheWriteParams& p, cudaStream_t stream) {
     return Unsupported("cache writes of 2^32 or more items (split the tokens)");
   }
   const FastDivisor heads(static_cast<uint32_t>(p.cache.num_kv_heads));
-  if (groups == 2) {
-    CacheWriteKernel<kHeadDim, kVBits, 2>
-        <<<kv_blocks + index_blocks, kThreads, 0, stream>>>(p, static_cast<int>(kv_blocks), heads);
-  } else {
-    CacheWriteKernel<kHeadDim, kVBits, 1>
-        <<<kv_blocks + index_blocks, kThreads, 0, stream>>>(p, static_cast<int>(kv_blocks), heads);
-  }
-  return LastLaunchError();
+  // A dependent launch: writes of several layers in a row start each one's CTAs during the tail of
+  // the one before instead of after it (H200, 32,768 tokens x 8 layers: 534 -> 524 us).
+  const dim3 grid(static_cast<unsigned>(kv_blocks + index_blocks));
+  auto* kernel =
+      groups == 2 ? CacheWriteKernel<kHeadDim, kVBits, 2> : CacheWriteKernel<kHeadDim, kVBits, 1>;
+  return LaunchStatus{LaunchDependent(kernel, grid, dim3(kThreads), 0, stream, false, p,
+                                      static_cast<int>(kv_blocks), heads),
+                      nullptr};
 }
 
 template <int kHeadDim>

@@ -1,7 +1,7 @@
 // Programmatic dependent launch (sm_90): the kernels of one decode step (indexer -> top-k ->
-// attention parts -> combine) are each launched while the kernel before them on the stream is
-// still running, so a launch and its CTAs' start-up overlap the previous kernel's tail instead of
-// following it.
+// attention parts -> combine), and cache writes, are each launched while the kernel before them on
+// the stream is still running, so a launch and its CTAs' start-up overlap the previous kernel's
+// tail instead of following it.
 //
 // The rule every kernel launched with LaunchDependent keeps: it calls WaitForPredecessor() before
 // its first global-memory access (read or write). Until then the kernel before it may still be
