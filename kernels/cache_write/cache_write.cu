@@ -222,14 +222,10 @@ __device__ __forceinline__ void StoreTurboGroups(const float* y, float v_scale, 
     scales[0] |=
         uint32_t{TurboEncodeGroupCodes<kBits>(y + j * kTurboGroupSize, v_scale, codes, cells)}
         << (8 * j);
-    // Group j's words moved to bit kGroupBits·j (adding is OR-ing: no bits overlap).
+    // Group j's words moved to bit kGroupBits·j.
 #pragma unroll
     for (int k = 0; k < TurboCodeWords<kBits>::kWords; ++k) {
-      const int bit = kGroupBits * j + 32 * k;
-      stream[bit / 32] += codes.word[k] << (bit % 32);
-      if (bit % 32 != 0 && bit / 32 + 1 < (kBytes + 3) / 4) {
-        stream[bit / 32 + 1] += codes.word[k] >> (32 - bit % 32);
-      }
+      AddBitsAt(stream, kGroupBits * j + 32 * k, codes.word[k], 32);
     }
   }
   StoreWords<kBytes>(stream, data);

@@ -19,20 +19,24 @@ namespace kvp {
 template <int kBits>
 inline constexpr int kTurboGroupBytes = kTurboGroupSize* kBits / 8;
 
+// Adds `value` (below 2^width) at bit `bit` of the little-endian words w[0, kWords), the part past
+// the last word dropped. Adding is OR-ing where no set bits overlap: on the GPU one shift-and-add,
+// where OR-ing in a shifted byte also takes a mask.
+template <int kWords>
+KVP_HD void AddBitsAt(uint32_t (&w)[kWords], int bit, uint32_t value, int width) {
+  w[bit / 32] += value << (bit % 32);
+  if (bit % 32 + width > 32 && bit / 32 + 1 < kWords) w[bit / 32 + 1] += value >> (32 - bit % 32);
+}
+
 // A group's codes packed as they are produced: code i in bits [N·i, N·i + N) of little-endian
-// 32-bit words. The fields never overlap, so a code is added in rather than OR-ed: on the GPU one
-// shift-and-add, where OR-ing in a shifted byte also takes a mask.
+// 32-bit words.
 template <int kBits>
 struct TurboCodeWords {
   static constexpr int kWords = (kTurboGroupBytes<kBits> + 3) / 4;
   uint32_t word[kWords] = {};
 
   // code < 2^N.
-  KVP_HD void Put(int i, uint32_t code) {
-    const int bit = kBits * i;
-    word[bit / 32] += code << (bit % 32);
-    if (bit % 32 + kBits > 32) word[bit / 32 + 1] += code >> (32 - bit % 32);
-  }
+  KVP_HD void Put(int i, uint32_t code) { AddBitsAt(word, kBits * i, code, kBits); }
   KVP_HD void ToBytes(uint8_t* out) const {
     for (int b = 0; b < kTurboGroupBytes<kBits>; ++b) {
       out[b] = static_cast<uint8_t>(word[b / 4] >> (8 * (b % 4)));
