@@ -244,6 +244,12 @@ __device__ __forceinline__ SlotPlace PlaceOfSlot(const LayerCache& c, int64_t sl
 
 // One thread's item, kGroups groups of 16 elements of one (token, head), as loaded: K, V and the
 // token's slot.
+//
+// V is the item's own groups (the rotation mixes them), but K, converted element by element, is
+// shared out between the two threads of a pair (lanes 2m and 2m + 1: adjacent items of one token
+// and head): the pair's 2·kGroups groups alternate between them, so that each of a thread's K
+// stores and its partner's cover one run of 32 bytes, which reaches L2 as one sector write instead
+// of two halves written by two stores (KGroup; for FP8 K, whose group is 16 bytes).
 template <int kGroups>
 struct KvItem {
   int head, group;  // group: the item's first group in its head
@@ -251,10 +257,21 @@ struct KvItem {
   Bf16x16 k_raw[kGroups], v_raw[kGroups];
 };
 
+// The head's group whose K is the thread's j-th (see KvItem): of the pair's 2·kGroups groups, those
+// of the thread's parity, j-th first. The pair is two consecutive items whose first is even, and
+// a CTA's items start at a multiple of kThreads, so the thread's place in the pair is threadIdx.x's
+// parity (which compiles to fewer instructions than the item's). With one group a thread
+// it is the item's own.
+template <int kGroups>
+__device__ __forceinline__ int KGroup(int item_group, int j) {
+  return item_group - static_cast<int>(threadIdx.x % 2) * (kGroups - 1) + 2 * j;
+}
+
 template <int kHeadDim, int kGroups>
 __device__ __forceinline__ KvItem<kGroups> LoadKvItem(const CacheWriteParams& p, uint32_t item,
                                                       FastDivisor heads) {
   constexpr int kItemsPerHead = kHeadDim / (16 * kGroups);
+  static_assert(kItemsPerHead % 2 == 0, "the two threads of a pair share a (token, head): KGroup");
   const uint32_t token_head = item / kItemsPerHead;
   const uint32_t token = heads.Divide(token_head);
   KvItem<kGroups> it{static_cast<int>(token_head - token * heads.divisor()),
@@ -269,7 +286,7 @@ __device__ __forceinline__ KvItem<kGroups> LoadKvItem(const CacheWriteParams& p,
     it.slot = p.slot_mapping[token];
 #pragma unroll
     for (int j = 0; j < kGroups; ++j) {
-      it.k_raw[j] = LoadBf16x16(p.k + src + 16 * j);
+      it.k_raw[j] = LoadBf16x16(p.k + src + 16 * (KGroup<kGroups>(it.group, j) - it.group));
       it.v_raw[j] = LoadBf16x16(p.v + src + 16 * j);
     }
   }
@@ -285,10 +302,11 @@ __device__ __forceinline__ void WriteK(const LayerCache& c, const KvItem<kGroups
   for (int j = 0; j < kGroups; ++j) {
     float x[16];
     Unpack(it.k_raw[j], x);
+    const int group = KGroup<kGroups>(it.group, j);
     if (c.k_codec.format == KvFormat::kFp8E4m3) {
-      StoreE4m3x16(x, c.k_codec.scale, 1.0f, k_row + (it.group + j) * 16);
+      StoreE4m3x16(x, c.k_codec.scale, 1.0f, k_row + group * 16);
     } else {
-      StoreBf16x16(x, k_row + (it.group + j) * 32);
+      StoreBf16x16(x, k_row + group * 32);
     }
   }
 }
