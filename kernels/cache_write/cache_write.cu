@@ -258,10 +258,10 @@ struct KvItem {
 };
 
 // The head's group whose K is the thread's j-th (see KvItem): of the pair's 2·kGroups groups, those
-// of the thread's parity, j-th first. The pair is two consecutive items whose first is even, and
-// a CTA's items start at a multiple of kThreads, so the thread's place in the pair is threadIdx.x's
-// parity (which compiles to fewer instructions than the item's). With one group a thread
-// it is the item's own.
+// of the thread's parity, j-th first. The pair is two consecutive items whose first is even, and a
+// CTA's items start at a multiple of kThreads, so the thread's place in the pair is threadIdx.x's
+// parity (which compiles to fewer instructions than the item's). With one group a thread it is the
+// item's own.
 template <int kGroups>
 __device__ __forceinline__ int KGroup(int item_group, int j) {
   return item_group - static_cast<int>(threadIdx.x % 2) * (kGroups - 1) + 2 * j;
