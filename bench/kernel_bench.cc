@@ -16,6 +16,7 @@
 #include "base/status_macros.h"
 #include "bench/gpu_pool.h"
 #include "bench/gpu_timer.h"
+#include "bench/launch_floor.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/synthetic/synthetic_fill.h"
 #include "kvpool/format/indexer_quant.h"
@@ -489,6 +490,23 @@ class Bench {
     return absl::OkStatus();
   }
 
+  // What the batch-1 rows pay before any work: empty kernels timed exactly as the kernels are.
+  absl::Status LaunchFloor(KernelReport& report) {
+    Progress("empty launches");
+    ASSIGN_OR_RETURN(Timing one,
+                     TimeMedian([&](int) { return LaunchEmptyKernel(stream_); }, stream_));
+    report.rows.push_back(
+        {"empty_launch", "1 kernel, 256 CTAs x 128 threads", one.median_us, 0, {}});
+    ASSIGN_OR_RETURN(Timing two,
+                     TimeMedian([&](int) { return LaunchEmptyDependentPair(stream_); }, stream_));
+    report.rows.push_back({"empty_launch",
+                           "2 kernels, 256 x 128 then 128 x 512 threads (dependent launch)",
+                           two.median_us,
+                           0,
+                           {}});
+    return absl::OkStatus();
+  }
+
  private:
   cudaStream_t stream_;
   bool quick_;
@@ -526,6 +544,7 @@ absl::StatusOr<KernelReport> RunKernelBench(const KernelBenchOptions& options) {
   if (wanted("batched")) RETURN_IF_ERROR(bench.BatchedIndexerAndSparse(report));
   if (wanted("cache_write")) RETURN_IF_ERROR(bench.CacheWrite(report));
   if (wanted("block_copy")) RETURN_IF_ERROR(bench.BlockCopy(report));
+  if (wanted("launch")) RETURN_IF_ERROR(bench.LaunchFloor(report));
   cudaStreamDestroy(stream);
   return report;
 }
@@ -562,9 +581,10 @@ std::string KernelTable(const KernelReport& r) {
     const double tbps = row.bytes / (row.median_us * 1e-6) / 1e12;
     std::string notes;
     for (const auto& [k, v] : row.extra) absl::StrAppend(&notes, absl::StrFormat("%s=%.4g ", k, v));
-    absl::StrAppend(&out,
-                    absl::StrFormat("| %s | %s | %.1f | %.2f | %.0f%% | %s|\n", row.op, row.shape,
-                                    row.median_us, tbps, 100 * tbps / r.copy_tbps, notes));
+    const std::string rate =
+        row.bytes > 0 ? absl::StrFormat("%.2f | %.0f%%", tbps, 100 * tbps / r.copy_tbps) : "- | -";
+    absl::StrAppend(&out, absl::StrFormat("| %s | %s | %.1f | %s | %s|\n", row.op, row.shape,
+                                          row.median_us, rate, notes));
   }
   return out;
 }

@@ -16,7 +16,7 @@ struct KernelRow {
   std::string op;     // "paged_decode", "topk", ...
   std::string shape;  // "batch=32 ctx=8192 q/kv=32/8 d=128 turbo3"
   double median_us = 0.0;
-  double bytes = 0.0;  // bytes the kernel must move (reads + writes)
+  double bytes = 0.0;  // bytes the kernel must move (reads + writes); 0 for empty launches
   std::vector<std::pair<std::string, double>> extra;
 };
 
@@ -27,8 +27,8 @@ struct KernelReport {
 };
 
 // The groups of measurements, in the order they run.
-inline constexpr const char* kKernelBenchSections[] = {"dense",   "sparse_v",    "layer",
-                                                       "batched", "cache_write", "block_copy"};
+inline constexpr const char* kKernelBenchSections[] = {
+    "dense", "sparse_v", "layer", "batched", "cache_write", "block_copy", "launch"};
 
 struct KernelBenchOptions {
   bool quick = false;             // shrinks the shapes for a smoke run

@@ -48,8 +48,10 @@ def main():
                                   "cuda_graph_us"))
         torch_us = f"{r['torch_median_us']:.1f}" if "torch_median_us" in r else "-"
         speedup = f"{r['speedup_vs_torch']:.2f}x" if "speedup_vs_torch" in r else "-"
-        print(f"| {r['op']} | {r['shape']} | {r['median_us']:.1f} | {r['tbps']:.2f} | "
-              f"{100 * r['fraction_of_copy']:.0f}% | {torch_us} | {speedup} | {notes} |")
+        rate = (f"{r['tbps']:.2f} | {100 * r['fraction_of_copy']:.0f}%" if r["bytes"] > 0
+                else "- | -")  # an empty launch moves nothing
+        print(f"| {r['op']} | {r['shape']} | {r['median_us']:.1f} | {rate} | {torch_us} | "
+              f"{speedup} | {notes} |")
 
 
 if __name__ == "__main__":
