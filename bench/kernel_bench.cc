@@ -496,14 +496,21 @@ class Bench {
     ASSIGN_OR_RETURN(Timing one,
                      TimeMedian([&](int) { return LaunchEmptyKernel(stream_); }, stream_));
     report.rows.push_back(
-        {"empty_launch", "1 kernel, 256 CTAs x 128 threads", one.median_us, 0, {}});
+        {"empty_launch",
+         absl::StrFormat("1 kernel, %d CTAs x %d threads", kEmptyFirstCtas, kEmptyFirstThreads),
+         one.median_us,
+         0,
+         {}});
     ASSIGN_OR_RETURN(Timing two,
                      TimeMedian([&](int) { return LaunchEmptyDependentPair(stream_); }, stream_));
-    report.rows.push_back({"empty_launch",
-                           "2 kernels, 256 x 128 then 128 x 512 threads (dependent launch)",
-                           two.median_us,
-                           0,
-                           {}});
+    report.rows.push_back(
+        {"empty_launch",
+         absl::StrFormat("2 kernels, %d x %d then %d x %d threads (dependent launch)",
+                         kEmptyFirstCtas, kEmptyFirstThreads, kEmptySecondCtas,
+                         kEmptySecondThreads),
+         two.median_us,
+         0,
+         {}});
     return absl::OkStatus();
   }
 

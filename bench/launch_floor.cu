@@ -1,3 +1,4 @@
+#include "base/status_macros.h"
 #include "bench/launch_floor.h"
 #include "kernels/common/cuda_status.h"
 #include "kernels/common/dependent_launch.cuh"
@@ -15,13 +16,15 @@ __global__ void EmptyKernel() {
 }  // namespace
 
 absl::Status LaunchEmptyKernel(cudaStream_t stream) {
-  KVP_CUDA_RETURN_IF_ERROR(LaunchDependent(EmptyKernel, dim3(256), dim3(128), 0, stream, false));
+  KVP_CUDA_RETURN_IF_ERROR(LaunchDependent(EmptyKernel, dim3(kEmptyFirstCtas),
+                                           dim3(kEmptyFirstThreads), 0, stream, false));
   return absl::OkStatus();
 }
 
 absl::Status LaunchEmptyDependentPair(cudaStream_t stream) {
-  KVP_CUDA_RETURN_IF_ERROR(LaunchDependent(EmptyKernel, dim3(256), dim3(128), 0, stream, false));
-  KVP_CUDA_RETURN_IF_ERROR(LaunchDependent(EmptyKernel, dim3(128), dim3(512), 0, stream, false));
+  RETURN_IF_ERROR(LaunchEmptyKernel(stream));
+  KVP_CUDA_RETURN_IF_ERROR(LaunchDependent(EmptyKernel, dim3(kEmptySecondCtas),
+                                           dim3(kEmptySecondThreads), 0, stream, false));
   return absl::OkStatus();
 }
 

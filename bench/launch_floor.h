@@ -8,13 +8,17 @@
 
 namespace kvp::bench {
 
-// One empty kernel of 256 CTAs of 128 threads (as many as sparse decode of 128/1 heads launches at
-// batch 1), launched as the attention kernels are (a programmatic dependent launch).
+// The grids of sparse decode of 128/1 heads at batch 1: its parts kernel, then its combining
+// kernel.
+inline constexpr int kEmptyFirstCtas = 256, kEmptyFirstThreads = 128;
+inline constexpr int kEmptySecondCtas = 128, kEmptySecondThreads = 512;
+
+// One empty kernel of the first grid, launched as the attention kernels are (a programmatic
+// dependent launch).
 absl::Status LaunchEmptyKernel(cudaStream_t stream);
 
-// Two empty kernels launched the way the attention kernels are: 256 CTAs of 128 threads, then 128
-// CTAs of 512 threads as a programmatic dependent launch whose CTAs wait for the first kernel
-// (dependent_launch.cuh), as a combining kernel waits for the parts.
+// That kernel, then one of the second grid as a programmatic dependent launch whose CTAs wait for
+// the first (dependent_launch.cuh), as a combining kernel waits for the parts.
 absl::Status LaunchEmptyDependentPair(cudaStream_t stream);
 
 }  // namespace kvp::bench
