@@ -20,6 +20,7 @@
 #include "kernels/cuda_ops.h"
 #include "kernels/synthetic/synthetic_fill.h"
 #include "kvpool/format/indexer_quant.h"
+#include "kvpool/format/kv_format_names.h"
 
 namespace kvp::bench {
 namespace {
@@ -45,6 +46,36 @@ PoolSpec DecodeSpec(KvFormat v, bool indexer, int kv_heads = 8) {
   return spec;
 }
 
+// A dense decode configuration: the targets' shape (32/8 heads, head_dim 128, block 64, turbo3)
+// or one of the others the kernel serves.
+struct DenseShape {
+  int q_heads = 32;
+  int kv_heads = 8;
+  int head_dim = 128;
+  int block_size = 64;
+  KvFormat v_format = KvFormat::kTurbo3;
+
+  PoolSpec Spec() const {
+    PoolSpec spec = DecodeSpec(v_format, false, kv_heads);
+    spec.head_dim = head_dim;
+    spec.block_size = block_size;
+    return spec;
+  }
+};
+
+// Dense decode shapes beside the targets', one setting changed at a time, at batch 32 x 8,192
+// tokens: GQA groups 1 to 16 (16 takes the heads-as-rows kernel), head_dim 64 and 256, blocks of
+// 16 and 32 tokens, turbo2 and turbo4 values.
+std::vector<DenseShape> OtherDenseShapes() {
+  std::vector<DenseShape> shapes;
+  for (int q_heads : {8, 16, 64, 128}) shapes.push_back(DenseShape{.q_heads = q_heads});
+  for (int head_dim : {64, 256}) shapes.push_back(DenseShape{.head_dim = head_dim});
+  for (int block : {16, 32}) shapes.push_back(DenseShape{.block_size = block});
+  for (KvFormat v : {KvFormat::kTurbo2, KvFormat::kTurbo4})
+    shapes.push_back(DenseShape{.v_format = v});
+  return shapes;
+}
+
 double KvBytesPerToken(const PoolSpec& s) {
   return double(s.num_kv_heads) * (TraitsOf(s.k_format).TotalBytes(s.head_dim) +
                                    TraitsOf(s.v_format).TotalBytes(s.head_dim));
@@ -67,6 +98,7 @@ absl::StatusOr<double> MeasureCopyTbps(cudaStream_t stream) {
 
 AttentionParams Attention(const GpuPool& pool, int seq0, int num_seqs, const Bf16* q, float* out,
                           int q_heads) {
+  const int head_dim = pool.layout.spec().head_dim;
   AttentionParams a;
   a.cache = pool.Layer(0);
   a.q = q;
@@ -76,7 +108,7 @@ AttentionParams Attention(const GpuPool& pool, int seq0, int num_seqs, const Bf1
   a.out = out;
   a.num_seqs = num_seqs;
   a.num_q_heads = q_heads;
-  a.softmax_scale = DefaultSoftmaxScale(128);
+  a.softmax_scale = DefaultSoftmaxScale(head_dim);
   a.max_seq_len = pool.seq_len;
   return a;
 }
@@ -88,24 +120,38 @@ class Bench {
   absl::Status DenseDecode(KernelReport& report) {
     const std::pair<int, int> shapes[] = {{32, 8192}, {8, 32768}, {1, 131072}};
     for (auto [batch, ctx] : shapes) {
-      if (quick_) ctx /= 16;
-      Progress(absl::StrCat("paged decode batch ", batch, " ctx ", ctx));
-      const PoolSpec spec = DecodeSpec(KvFormat::kTurbo3, false);
-      SyntheticConfig synth;
-      ASSIGN_OR_RETURN(GpuPool pool, BuildGpuPool(spec, batch, ctx, synth, stream_));
-      ASSIGN_OR_RETURN(DeviceBuffer q, ToDevice(RandomBf16(rng_, size_t(batch) * 32 * 128, 1.0f)));
-      ASSIGN_OR_RETURN(DeviceBuffer out, DeviceBuffer::Allocate(size_t(batch) * 32 * 128 * 4));
-      const PagedDecodeParams p{Attention(pool, 0, batch, q.get<Bf16>(), out.get<float>(), 32), 0};
-      ASSIGN_OR_RETURN(Timing t,
-                       TimeMedian([&](int) { return PagedDecodeCuda(p, ws_, stream_); }, stream_));
-      report.rows.push_back(
-          {"paged_decode",
-           absl::StrFormat("batch=%d ctx=%d q/kv=32/8 d=128 fp8+turbo3 block=64", batch, ctx),
-           t.median_us,
-           double(batch) * ctx * KvBytesPerToken(spec),
-           {}});
+      ASSIGN_OR_RETURN(KernelRow row, DenseDecodeRow(batch, ctx, DenseShape{}));
+      report.rows.push_back(row);
     }
     return absl::OkStatus();
+  }
+
+  absl::Status OtherShapes(KernelReport& report) {
+    for (const DenseShape& shape : OtherDenseShapes()) {
+      ASSIGN_OR_RETURN(KernelRow row, DenseDecodeRow(32, 8192, shape));
+      report.rows.push_back(row);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<KernelRow> DenseDecodeRow(int batch, int ctx, const DenseShape& shape) {
+    if (quick_) ctx /= 16;
+    const std::string name = absl::StrFormat(
+        "batch=%d ctx=%d q/kv=%d/%d d=%d fp8+%s block=%d", batch, ctx, shape.q_heads,
+        shape.kv_heads, shape.head_dim, KvFormatName(shape.v_format), shape.block_size);
+    Progress(absl::StrCat("paged decode ", name));
+    const PoolSpec spec = shape.Spec();
+    SyntheticConfig synth;
+    ASSIGN_OR_RETURN(GpuPool pool, BuildGpuPool(spec, batch, ctx, synth, stream_));
+    const size_t q_elems = size_t(batch) * shape.q_heads * shape.head_dim;
+    ASSIGN_OR_RETURN(DeviceBuffer q, ToDevice(RandomBf16(rng_, q_elems, 1.0f)));
+    ASSIGN_OR_RETURN(DeviceBuffer out, DeviceBuffer::Allocate(q_elems * 4));
+    const PagedDecodeParams p{
+        Attention(pool, 0, batch, q.get<Bf16>(), out.get<float>(), shape.q_heads), 0};
+    ASSIGN_OR_RETURN(Timing t,
+                     TimeMedian([&](int) { return PagedDecodeCuda(p, ws_, stream_); }, stream_));
+    return KernelRow{
+        "paged_decode", name, t.median_us, double(batch) * ctx * KvBytesPerToken(spec), {}};
   }
 
   absl::Status SparseV(KernelReport& report) {
@@ -546,6 +592,7 @@ absl::StatusOr<KernelReport> RunKernelBench(const KernelBenchOptions& options) {
   ASSIGN_OR_RETURN(report.copy_tbps, MeasureCopyTbps(stream));
   Bench bench(stream, options.quick);
   if (wanted("dense")) RETURN_IF_ERROR(bench.DenseDecode(report));
+  if (wanted("shapes")) RETURN_IF_ERROR(bench.OtherShapes(report));
   if (wanted("sparse_v")) RETURN_IF_ERROR(bench.SparseV(report));
   if (wanted("layer")) RETURN_IF_ERROR(bench.IndexerTopkSparse(report));
   if (wanted("batched")) RETURN_IF_ERROR(bench.BatchedIndexerAndSparse(report));

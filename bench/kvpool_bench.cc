@@ -49,7 +49,8 @@ constexpr char kUsage[] =
     "  broker    kvpoold's own time per decode step (batch 64, 32k context), no sockets\n"
     "  kernels   every CUDA kernel timed on the GPU: median time, bytes, TB/s and the fraction\n"
     "            of the device-to-device copy bandwidth measured in the same run; --only picks\n"
-    "            sections: dense, sparse_v, layer, batched, cache_write, block_copy, launch\n"
+    "            sections: dense, shapes, sparse_v, layer, batched, cache_write, block_copy,\n"
+    "            launch (shapes: dense decode at other heads, head dims, blocks, V formats)\n"
     "  attach    time another process takes to attach a cuda arena of N GiB\n";
 
 // --name=value and --name (value "") arguments of one subcommand.

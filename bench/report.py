@@ -13,7 +13,7 @@ def batch_key(op, shape):
     """The part of a kvpool shape that the PyTorch rows name."""
     fields = dict(re.findall(r"(\w+(?:/\w+)?)=([\w./]+)", shape))
     if op == "paged_decode":
-        return f"batch={fields['batch']} ctx={fields['ctx']}"
+        return f"batch={fields['batch']} ctx={fields['ctx']} q/kv={fields['q/kv']} d={fields['d']}"
     if op == "indexer_logits":
         return f"batch={fields['batch']} tokens={fields['tokens']}"
     if op == "topk":

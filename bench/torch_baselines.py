@@ -49,16 +49,22 @@ def main():
     def randn(*shape, dtype=torch.bfloat16):
         return torch.randn(*shape, device=dev, generator=gen, dtype=torch.float32).to(dtype)
 
-    # Dense decode: SDPA over bf16 K/V (the uncompressed cache a user would otherwise keep).
-    for batch, ctx in [(32, 8192), (8, 32768), (1, 131072)]:
+    # Dense decode: SDPA over bf16 K/V (the uncompressed cache a user would otherwise keep), at the
+    # targets' shapes and at the other heads and head dims of `kvpool-bench kernels --only=shapes`
+    # (its other block sizes and V formats share the targets' baseline).
+    dense = [(32, 8192, 32, 8, 128), (8, 32768, 32, 8, 128), (1, 131072, 32, 8, 128)]
+    dense += [(32, 8192, q_heads, 8, 128) for q_heads in (8, 16, 64, 128)]
+    dense += [(32, 8192, 32, 8, head_dim) for head_dim in (64, 256)]
+    for batch, ctx, q_heads, kv_heads, head_dim in dense:
         if args.quick:
             ctx //= 16
-        q = randn(batch, 32, 1, 128)
-        k = randn(batch, 8, ctx, 128)
-        v = randn(batch, 8, ctx, 128)
+        q = randn(batch, q_heads, 1, head_dim)
+        k = randn(batch, kv_heads, ctx, head_dim)
+        v = randn(batch, kv_heads, ctx, head_dim)
         us = median_us(lambda i: F.scaled_dot_product_attention(q, k, v, enable_gqa=True))
-        rows.append({"op": "paged_decode", "key": f"batch={batch} ctx={ctx}", "torch": "SDPA bf16 K/V (GQA)",
-                     "median_us": us})
+        rows.append({"op": "paged_decode",
+                     "key": f"batch={batch} ctx={ctx} q/kv={q_heads}/{kv_heads} d={head_dim}",
+                     "torch": "SDPA bf16 K/V (GQA)", "median_us": us})
         del q, k, v
 
     # Indexer logits: ReLU(q·kᵀ) weighted over 64 heads, keys already dequantized to bf16.
