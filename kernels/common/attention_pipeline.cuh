@@ -169,19 +169,27 @@ struct Stage {
   const int32_t* slots;  // [kPositions]: a position's slot in its block, -1 if masked
 };
 
-// The rows of the chunks being staged: per position its slot in its block (-1 = masked) and the
-// addresses of its K, V and V-scale rows, bit 0 set when masked (rows are 4-byte aligned). A ring
-// one longer than the stages, so the slot written for a future chunk is never one that a warp may
-// still read: int32 slot[kPositions], then row[3][kPositions].
+// The positions of the chunks being staged. Per position its slot in its block (-1 = masked), in
+// a ring one longer than the stages, so the slot written for a future chunk is never one that a
+// warp may still read: int32 slot[kDepth + 1][kPositions]. Then the addresses of its K, V and
+// V-scale rows, bit 0 set when masked (rows are 4-byte aligned), one set a stage: the copies read
+// them only when they are issued, before the stage's chunk is filled in again a barrier later:
+// uintptr row[kDepth][3][kPositions]. (A ring of kDepth + 1 sets of addresses left a CTA of two kv
+// heads staging turbo4 two chunks of 64 positions deep 1 KB short of a quarter of an SM.)
 template <int kPositions>
-inline constexpr int kMetaSlotBytes = (4 + 3 * 8) * kPositions;
+inline constexpr int kSlotRowBytes = 4 * kPositions;
+template <int kPositions>
+inline constexpr int kAddressRowBytes = 3 * 8 * kPositions;
+template <int kPositions, int kDepth>
+inline constexpr int kPositionRingBytes =
+    (kDepth + 1) * kSlotRowBytes<kPositions> + kDepth* kAddressRowBytes<kPositions>;
 
 // The stages (kDepth of them), the position ring, then the f16 level pairs of the codebook.
 template <int kHeadDim, int kVBits, int kKvHeads, int kPositions = kChunk / kKvHeads,
           int kDepth = kStages>
 inline constexpr int kPairLevelsOffset =
     kDepth* Stage<kHeadDim, kVBits, kKvHeads, kPositions>::kBytes +
-    (kDepth + 1) * kMetaSlotBytes<kPositions>;
+    kPositionRingBytes<kPositions, kDepth>;
 // After the last chunk a CTA merges its warps' results in the same shared memory: up to 64 rows.
 template <int kHeadDim>
 inline constexpr int kMergeBytes = 64 * kRowFloats<kHeadDim> * 4;
@@ -352,23 +360,23 @@ class ChunkStream {
 #pragma unroll
       for (int s = 0; s < kDepth; ++s) {
         const int32_t pos = PositionOf(chunk_begin_ + s);
-        SetMeta(s, pos, BlockOf(pos));
+        SetMeta(s, s, pos, BlockOf(pos));
       }
     }
     __syncthreads();
 #pragma unroll
     for (int s = 0; s < kDepth - 1; ++s) {
-      if (chunk_begin_ + s < chunk_end_) Issue(s, s);
+      if (chunk_begin_ + s < chunk_end_) Issue(s);
       cp_async::Commit();
     }
     copies_issued();
     int read_stage = 0, write_stage = kDepth - 1;
-    int read_meta = 0, issue_meta = kDepth - 1, fill_meta = kDepth;
+    int read_meta = 0, fill_meta = kDepth;
     int32_t later_pos = loader ? PositionOf(chunk_begin_ + kDepth) : -1;
     for (int chunk = chunk_begin_; chunk < chunk_end_; ++chunk) {
       cp_async::Wait<kDepth - 2>();
       __syncthreads();  // chunk is staged, and every warp is done with the stage refilled next
-      if (chunk + kDepth - 1 < chunk_end_) Issue(write_stage, issue_meta);
+      if (chunk + kDepth - 1 < chunk_end_) Issue(write_stage);
       cp_async::Commit();
       // Block ids of a later chunk (whose positions arrived during the last chunk) and the
       // positions of the one after, in flight while this one computes.
@@ -380,11 +388,11 @@ class ChunkStream {
       }
       const uint8_t* st = smem_ + read_stage * St::kBytes;
       consume(St{st, st + St::kKBytes, st + St::kKBytes + St::kVBytes, MetaSlots(read_meta)});
-      if (loader) SetMeta(fill_meta, fill_pos, fill_block);
+      // The chunk staged next into this stage: its row addresses are the stage's from here on.
+      if (loader) SetMeta(fill_meta, read_stage, fill_pos, fill_block);
       read_stage = Next(read_stage, kDepth);
       write_stage = Next(write_stage, kDepth);
       read_meta = Next(read_meta, kMetaSlots);
-      issue_meta = Next(issue_meta, kMetaSlots);
       fill_meta = Next(fill_meta, kMetaSlots);
     }
     cp_async::Wait<0>();
@@ -395,24 +403,26 @@ class ChunkStream {
 
   __device__ int32_t* MetaSlots(int meta) const {
     return reinterpret_cast<int32_t*>(smem_ + kDepth * St::kBytes +
-                                      meta * kMetaSlotBytes<kPositions>);
+                                      meta * kSlotRowBytes<kPositions>);
   }
-  // Row addresses of section `section` (0 K, 1 V, 2 V scales) in ring slot `meta`.
-  __device__ uintptr_t* MetaRows(int meta, int section) const {
+  // Row addresses of section `section` (0 K, 1 V, 2 V scales) of the chunk staged in `stage`.
+  __device__ uintptr_t* MetaRows(int stage, int section) const {
     return reinterpret_cast<uintptr_t*>(smem_ + kDepth * St::kBytes +
-                                        meta * kMetaSlotBytes<kPositions> + kPositions * 4) +
+                                        kMetaSlots * kSlotRowBytes<kPositions> +
+                                        stage * kAddressRowBytes<kPositions>) +
            section * kPositions;
   }
-  // Records position threadIdx.x of a chunk (in block `block`) in ring slot `meta`.
-  __device__ void SetMeta(int meta, int32_t pos, int32_t block) const {
+  // Records position threadIdx.x of a chunk (in block `block`, to be staged in `stage`) in ring
+  // slot `meta`.
+  __device__ void SetMeta(int meta, int stage, int32_t pos, int32_t block) const {
     const int32_t slot = pos >= 0 ? pos & ((1 << block_shift_) - 1) : -1;
     const uintptr_t masked = slot >= 0 ? 0 : 1;
     const int32_t s = slot >= 0 ? slot : 0;
     const uintptr_t start = reinterpret_cast<uintptr_t>(base_) + int64_t{block} * block_stride_;
     MetaSlots(meta)[threadIdx.x] = slot;
-    MetaRows(meta, 0)[threadIdx.x] = (start + (k_src_ + s * k_token_)) | masked;
-    MetaRows(meta, 1)[threadIdx.x] = (start + (v_src_ + s * v_token_)) | masked;
-    MetaRows(meta, 2)[threadIdx.x] = (start + (s_src_ + s * s_token_)) | masked;
+    MetaRows(stage, 0)[threadIdx.x] = (start + (k_src_ + s * k_token_)) | masked;
+    MetaRows(stage, 1)[threadIdx.x] = (start + (v_src_ + s * v_token_)) | masked;
+    MetaRows(stage, 2)[threadIdx.x] = (start + (s_src_ + s * s_token_)) | masked;
   }
 
   // Position threadIdx.x of chunk `chunk`, or -1.
@@ -432,13 +442,13 @@ class ChunkStream {
     return pos >= 0 ? table_[pos >> block_shift_] : 0;
   }
 
-  // Stages the chunk whose rows are in ring slot `meta` into stage `stage`; masked positions
-  // become zeros.
-  __device__ void Issue(int stage, int meta) const {
+  // Stages the chunk whose rows were recorded for stage `stage` into it; masked positions become
+  // zeros.
+  __device__ void Issue(int stage) const {
     uint8_t* st = smem_ + stage * St::kBytes;
-    CopyRows<16, St::kKRow, St::kKSwizzle>(st, MetaRows(meta, 0));
-    CopyRows<PieceOf(St::kVRow), St::kVRow, 0>(st + St::kKBytes, MetaRows(meta, 1));
-    CopyRows<PieceOf(St::kSRow), St::kSRow, 0>(st + St::kKBytes + St::kVBytes, MetaRows(meta, 2));
+    CopyRows<16, St::kKRow, St::kKSwizzle>(st, MetaRows(stage, 0));
+    CopyRows<PieceOf(St::kVRow), St::kVRow, 0>(st + St::kKBytes, MetaRows(stage, 1));
+    CopyRows<PieceOf(St::kSRow), St::kSRow, 0>(st + St::kKBytes + St::kVBytes, MetaRows(stage, 2));
   }
 
   // The largest copy (16, 8 or 4 bytes) that divides a row of `bytes`.
