@@ -167,14 +167,51 @@ __device__ __forceinline__ void FinishHeadTiles(const AttentionParams& p, const 
                            parts, kv_q_head, plan.parts(), blockIdx.x);
 }
 
-template <int kHeadDim, int kVBits, bool kSparse>
-__global__ void __launch_bounds__(kWarps * 32)
-    HeadsAsRowsKernel(AttentionParams p, PositionSource src, Plan plan, float* parts) {
+// Where a warp keeps its 16 heads' Q fragments (32 registers for D = 128): in registers the
+// kernel takes 167 registers, so three CTAs fit an SM; in shared memory (read once per k-step of
+// each tile) 128, so four fit. Throughput-bound launches, whose CTAs take many chunks, gain from
+// the fourth CTA (H200, dense decode of 128/8 heads, D = 128, batch 32 x 8,192: 181 -> 154 us);
+// latency-bound ones, a chunk or two a CTA, lose the time of those reads (sparse decode of 128/1
+// heads at batch 1: 11.55 -> 11.7 us when every launch read them from shared memory). Four CTAs
+// with the fragments in registers spilled and took 300 us.
+inline constexpr int kSharedQueriesCtasPerSm = 4;
+inline constexpr int kMinChunksForSharedQueries = 4;  // a CTA's chunks, for shared-memory queries
+template <int kHeadDim>
+inline constexpr int kQueryFragmentBytes = (kHeadDim / 16) * 32 * 16 * kWarps;  // [warp][s][lane]
+template <int kHeadDim, int kVBits, int kDepth>
+inline constexpr int kQueryFragmentsOffset =
+    kPairLevelsOffset<kHeadDim, kVBits, 1, kChunk, kDepth> + (4 << (2 * kVBits));
+template <int kHeadDim, int kVBits, int kDepth>
+inline constexpr int kSharedQueriesBytes =
+    kQueryFragmentsOffset<kHeadDim, kVBits, kDepth> + kQueryFragmentBytes<kHeadDim> >
+            kMergeBytes<kHeadDim>
+        ? kQueryFragmentsOffset<kHeadDim, kVBits, kDepth> + kQueryFragmentBytes<kHeadDim>
+        : kMergeBytes<kHeadDim>;
+// The heads-as-rows kernel's stages: as deep as four CTAs an SM allow with the queries in shared
+// memory (three for turbo2, two for turbo3 and turbo4 at D = 128), kStages otherwise.
+template <int kHeadDim, int kVBits, bool kQueriesInShared>
+inline constexpr int kRowsDepth =
+    !kQueriesInShared ||
+            (kSharedQueriesBytes<kHeadDim, kVBits, kStages> + kCtaReservedSharedBytes) *
+                    kSharedQueriesCtasPerSm <=
+                kSmSharedBytes
+        ? kStages
+        : 2;
+template <int kHeadDim, int kVBits, bool kQueriesInShared>
+inline constexpr int kRowsSharedBytes =
+    kQueriesInShared ? kSharedQueriesBytes<kHeadDim, kVBits, kRowsDepth<kHeadDim, kVBits, true>>
+                     : kSharedBytes<kHeadDim, kVBits, 1>;
+
+// The heads-as-rows kernels' body (HeadsAsRowsKernel, HeadsAsRowsSharedQueriesKernel below).
+template <int kHeadDim, int kVBits, bool kSparse, bool kQueriesInShared>
+__device__ __forceinline__ void HeadsAsRows(const AttentionParams& p, const PositionSource& src,
+                                            const Plan& plan, float* parts) {
   using St = Stage<kHeadDim, kVBits, 1>;
   constexpr int kSteps = kHeadDim / 16;  // k-steps of Q·Kᵀ
   constexpr int kNTiles = kHeadDim / 8;  // n-tiles of P·V; also V dims per thread
+  constexpr int kDepth = kRowsDepth<kHeadDim, kVBits, kQueriesInShared>;
   extern __shared__ __align__(16) uint8_t smem[];
-  const __half2* pair_levels = StartPartsKernel<kHeadDim, kVBits, 1>(smem);
+  const __half2* pair_levels = StartPartsKernel<kHeadDim, kVBits, 1, kChunk, kDepth>(smem);
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int g = lane / 4, t = lane % 4;
@@ -193,12 +230,35 @@ __global__ void __launch_bounds__(kWarps * 32)
       q_loaded[s][1] = w.row1 ? mma::LoadBf16x4(q1 + d) : uint2{0u, 0u};
     }
   }
-  uint32_t qa[kSteps][4];
+  // The A fragments of k-step s: in registers (qa[s]), or in shared memory, where lane l of
+  // warp w holds them at [w][s][l] (each lane reads back only its own).
+  uint32_t qa[kQueriesInShared ? 1 : kSteps][4];
+  uint4* q_shared =
+      reinterpret_cast<uint4*>(smem + kQueryFragmentsOffset<kHeadDim, kVBits, kDepth>) +
+      warp * kSteps * 32 + lane;
   auto convert_queries = [&] {
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
-      mma::Bf16x4ToHalf2x2(q_loaded[s][0], &qa[s][0], &qa[s][2]);
-      mma::Bf16x4ToHalf2x2(q_loaded[s][1], &qa[s][1], &qa[s][3]);
+      if constexpr (kQueriesInShared) {
+        uint4 a;
+        mma::Bf16x4ToHalf2x2(q_loaded[s][0], &a.x, &a.z);
+        mma::Bf16x4ToHalf2x2(q_loaded[s][1], &a.y, &a.w);
+        q_shared[s * 32] = a;
+      } else {
+        mma::Bf16x4ToHalf2x2(q_loaded[s][0], &qa[s][0], &qa[s][2]);
+        mma::Bf16x4ToHalf2x2(q_loaded[s][1], &qa[s][1], &qa[s][3]);
+      }
+    }
+  };
+  // c += Q·Kᵀ of k-step s, with B fragments b0, b1 (the fragment read once for both tokens' halves:
+  // the loop below runs over k-steps, then halves).
+  auto mma_with_queries = [&](float* c, int s, uint32_t b0, uint32_t b1) {
+    if constexpr (kQueriesInShared) {
+      const uint4 f = q_shared[s * 32];
+      const uint32_t a[4] = {f.x, f.y, f.z, f.w};
+      mma::MmaF16(c, a, b0, b1);
+    } else {
+      mma::MmaF16(c, qa[s], b0, b1);
     }
   };
   const float qk_scale = p.softmax_scale * p.cache.k_codec.scale * kLog2e;
@@ -210,8 +270,8 @@ __global__ void __launch_bounds__(kWarps * 32)
 #pragma unroll
   for (int j = 0; j < kNTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
 
-  ChunkStream<kHeadDim, kVBits, kSparse, 1> stream(p, src, plan.splits, blockIdx.x, w.seq,
-                                                   w.kv_head, smem);
+  ChunkStream<kHeadDim, kVBits, kSparse, 1, kChunk, kDepth> stream(p, src, plan.splits, blockIdx.x,
+                                                                   w.seq, w.kv_head, smem);
   stream.ForEach(convert_queries, [&](const St& st) {
     if (!w.real) return;
     for (int tile = w.sub; tile < St::kPositions / kTile; tile += w.warps_per_tile) {
@@ -223,18 +283,28 @@ __global__ void __launch_bounds__(kWarps * 32)
       for (int h = 0; h < 2; ++h) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) s_acc[h][i] = s_odd[h][i] = 0.0f;
+      }
 #pragma unroll
-        for (int s = 0; s < kSteps; s += 4) {
+      for (int s = 0; s < kSteps; s += 4) {
+        uint32_t kw[2][4];  // K bytes of tokens g, 8 + g for k-steps s .. s + 3
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
           const uint4 k16 = *reinterpret_cast<const uint4*>(
               st.k + St::KByte(base, h * 8 + g, t * (kHeadDim / 4) + 4 * s));
-          const uint32_t kw[4] = {k16.x, k16.y, k16.z, k16.w};
+          kw[h][0] = k16.x, kw[h][1] = k16.y, kw[h][2] = k16.z, kw[h][3] = k16.w;
+        }
 #pragma unroll
-          for (int q = 0; q < 4; ++q) {
+        for (int q = 0; q < 4; ++q) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
             uint32_t b0, b1;
-            mma::E4m3x4ToHalf2x2(kw[q], &b0, &b1);
-            mma::MmaF16(q % 2 ? s_odd[h] : s_acc[h], qa[s + q], b0, b1);
+            mma::E4m3x4ToHalf2x2(kw[h][q], &b0, &b1);
+            mma_with_queries(q % 2 ? s_odd[h] : s_acc[h], s + q, b0, b1);
           }
         }
+      }
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
 #pragma unroll
         for (int i = 0; i < 4; ++i) s_acc[h][i] += s_odd[h][i];
       }
@@ -260,6 +330,18 @@ __global__ void __launch_bounds__(kWarps * 32)
   // B column n of n-tile j is dim n·D/8 + j.
   FinishHeadTiles<kHeadDim, kNTiles, false>(
       p, plan, w, m, l, acc, [](int j, int n) { return n * kNTiles + j; }, smem, parts);
+}
+
+template <int kHeadDim, int kVBits, bool kSparse>
+__global__ void __launch_bounds__(kWarps * 32)
+    HeadsAsRowsKernel(AttentionParams p, PositionSource src, Plan plan, float* parts) {
+  HeadsAsRows<kHeadDim, kVBits, kSparse, false>(p, src, plan, parts);
+}
+
+template <int kHeadDim, int kVBits, bool kSparse>
+__global__ void __launch_bounds__(kWarps * 32, kSharedQueriesCtasPerSm)
+    HeadsAsRowsSharedQueriesKernel(AttentionParams p, PositionSource src, Plan plan, float* parts) {
+  HeadsAsRows<kHeadDim, kVBits, kSparse, true>(p, src, plan, parts);
 }
 
 }  // namespace kvp::attention

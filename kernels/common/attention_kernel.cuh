@@ -146,7 +146,7 @@ __global__ void __launch_bounds__(kCombineWarps * 32)
 // Where a parts kernel puts the q heads: as the columns of its fragments, as their rows with each
 // warp decoding its own K and V fragments, or as rows of CTAs that decode each chunk once for
 // their several head tiles.
-enum class HeadLayout { kColumns, kRows, kRowsDecodedOnce };
+enum class HeadLayout { kColumns, kRows, kRowsSharedQueries, kRowsDecodedOnce };
 
 // One parts kernel with what its launch needs: set up once per instantiation (shared-memory
 // opt-in, and how many of its CTAs fit on one SM).
@@ -160,7 +160,9 @@ struct PartsKernel {
   cudaError_t setup = cudaSuccess;
   // Whether a CTA that is its heads' only part writes their outputs (the plain heads-as-rows
   // kernel's shared memory holds no room for them).
-  bool finishes_single_parts() const { return layout != HeadLayout::kRows; }
+  bool finishes_single_parts() const {
+    return layout == HeadLayout::kColumns || layout == HeadLayout::kRowsDecodedOnce;
+  }
 };
 
 template <int kHeadDim, int kVBits, bool kSparse, HeadLayout kLayout, int kKvHeads>
@@ -172,9 +174,15 @@ const PartsKernel& PartsKernelFor() {
       k.kernel = HeadsAsColumnsKernel<kHeadDim, kVBits, kSparse, kKvHeads>;
       k.shared_bytes = kColumnSharedBytes<kHeadDim, kVBits, kKvHeads>;
       k.chunk_positions = kColumnPositions<kHeadDim, kVBits, kKvHeads>;
-    } else if constexpr (kLayout == HeadLayout::kRows) {
-      k.kernel = HeadsAsRowsKernel<kHeadDim, kVBits, kSparse>;
-      k.shared_bytes = kSharedBytes<kHeadDim, kVBits, 1>;
+    } else if constexpr (kLayout == HeadLayout::kRows ||
+                         kLayout == HeadLayout::kRowsSharedQueries) {
+      constexpr bool kShared = kLayout == HeadLayout::kRowsSharedQueries;
+      if constexpr (kShared) {
+        k.kernel = HeadsAsRowsSharedQueriesKernel<kHeadDim, kVBits, kSparse>;
+      } else {
+        k.kernel = HeadsAsRowsKernel<kHeadDim, kVBits, kSparse>;
+      }
+      k.shared_bytes = kRowsSharedBytes<kHeadDim, kVBits, kShared>;
       k.chunk_positions = kChunk;
     } else {
       k.kernel = HeadsAsRowsDecodedKernel<kHeadDim, kVBits, kSparse>;
@@ -247,6 +255,15 @@ LaunchStatus WithPartsKernel(const AttentionParams& p, int positions, F&& f) {
     }
     if (!columns) {
       const PartsKernel& rows = PartsKernelFor<kD, kBits, kSparse, HeadLayout::kRows, 1>();
+      if constexpr (kD <= 128) {  // at D = 256 two CTAs fit an SM either way
+        const PartsKernel& shared =
+            PartsKernelFor<kD, kBits, kSparse, HeadLayout::kRowsSharedQueries, 1>();
+        const Plan plan = PlanFor(p, shared, positions);
+        if (shared.resident > rows.resident &&
+            (plan.chunks + plan.splits - 1) / plan.splits >= kMinChunksForSharedQueries) {
+          return f(shared, plan, head_dim);
+        }
+      }
       return f(rows, PlanFor(p, rows, positions), head_dim);
     }
     if (c.num_kv_heads % 2 == 0) {

@@ -342,9 +342,11 @@ TEST_F(CudaKernelsTest, PagedDecodeMatchesTheReference) {
 
 // A batch of kv heads large enough to fill the GPU several times over is not split along the
 // positions: each CTA is its heads' only part and writes their outputs itself, without the
-// combining kernel (4 q heads a kv head, as columns; 128, as rows of CTAs decoding once).
+// combining kernel (4 q heads a kv head, as columns; 128, as rows of CTAs decoding once), or
+// leaves one part a head to it (12, as rows: CTAs of four chunks or more, which keep the queries in
+// shared memory).
 TEST_F(CudaKernelsTest, PagedDecodeOfAWholeGpuBatchMatchesTheReference) {
-  for (const auto& [q_heads, kv_heads] : {std::pair{32, 8}, std::pair{128, 1}}) {
+  for (const auto& [q_heads, kv_heads] : {std::pair{32, 8}, std::pair{128, 1}, std::pair{96, 8}}) {
     PoolSpec spec;  // head_dim 128, block 64, turbo3
     spec.num_kv_heads = kv_heads;
     const int n = 320;
@@ -436,9 +438,12 @@ TEST_F(CudaKernelsTest, SparseDecodeMatchesTheReference) {
   std::vector<int32_t> many(32);
   std::uniform_int_distribution<int32_t> len(1, 4000);
   for (int32_t& l : many) l = len(rng_);
+  // 64/4 heads over 32 sequences: CTAs of eight chunks, queries in shared memory (alone, the
+  // first sequence's CTAs take one chunk each and keep them in registers).
   const Case cases[] = {{32, 8, KvFormat::kTurbo3, {5000, 700, 3000, 64}},
                         {128, 1, KvFormat::kTurbo4, {5000, 700, 3000, 64}},
-                        {32, 8, KvFormat::kTurbo3, many}};
+                        {32, 8, KvFormat::kTurbo3, many},
+                        {64, 4, KvFormat::kTurbo2, many}};
   CudaWorkspace ws;
   for (const Case& c : cases) {
     const std::string what =
