@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstring>
 #include <functional>
+#include <iterator>
 #include <numeric>
 #include <random>
 
@@ -19,6 +20,7 @@
 #include "bench/launch_floor.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/synthetic/synthetic_fill.h"
+#include "kernels/topk/topk_launch.h"
 #include "kvpool/format/indexer_quant.h"
 #include "kvpool/format/kv_format_names.h"
 
@@ -76,6 +78,28 @@ std::vector<DenseShape> OtherDenseShapes() {
   return shapes;
 }
 
+// How many of the rows of `scores` (`lens.size()` rows of `stride`) the top-k search takes a third
+// pass for: the number a top-k row of the table depends on (TopkSearchPasses).
+double ThirdPassRows(const std::vector<float>& scores, const std::vector<int32_t>& lens, int stride,
+                     int k) {
+  TopkParams host{
+      scores.data(), lens.data(), nullptr, stride, static_cast<int32_t>(lens.size()), k};
+  int rows = 0;
+  for (int r = 0; r < host.num_rows; ++r) rows += TopkSearchPasses(host, r) == 3;
+  return rows;
+}
+
+// Raises the (k+1)-th largest of n scores to the k-th largest.
+void TieAtTheBoundary(float* scores, int n, int k) {
+  std::vector<int> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::nth_element(order.begin(), order.begin() + k, order.end(),
+                   [&](int a, int b) { return scores[a] > scores[b]; });
+  float kth = scores[order[0]];
+  for (int i = 1; i < k; ++i) kth = std::min(kth, scores[order[i]]);
+  scores[order[k]] = kth;
+}
+
 double KvBytesPerToken(const PoolSpec& s) {
   return double(s.num_kv_heads) * (TraitsOf(s.k_format).TotalBytes(s.head_dim) +
                                    TraitsOf(s.v_format).TotalBytes(s.head_dim));
@@ -116,6 +140,10 @@ AttentionParams Attention(const GpuPool& pool, int seq0, int num_seqs, const Bf1
 class Bench {
  public:
   Bench(cudaStream_t stream, bool quick) : stream_(stream), quick_(quick) {}
+
+  // Each section draws its inputs from a seed of its own, so that running a subset of the
+  // sections, or adding one, leaves the others' inputs as they were.
+  void SeedFor(int section) { rng_.seed(20261130u + 7919u * static_cast<unsigned>(section)); }
 
   absl::Status DenseDecode(KernelReport& report) {
     const std::pair<int, int> shapes[] = {{32, 8192}, {8, 32768}, {1, 131072}};
@@ -262,11 +290,21 @@ class Bench {
                            {}});
 
     ASSIGN_OR_RETURN(DeviceBuffer indices, DeviceBuffer::Allocate(size_t(copies) * 2048 * 4));
-    ASSIGN_OR_RETURN(DeviceBuffer lens, ToDevice(std::vector<int32_t>(copies, ctx)));
-    for (int k : {256, 2048}) {
+    const std::vector<int32_t> host_lens(copies, ctx);
+    ASSIGN_OR_RETURN(DeviceBuffer lens, ToDevice(host_lens));
+    KVP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // CopyTo uses another stream
+    std::vector<float> host_logits(size_t(copies) * ctx);
+    RETURN_IF_ERROR(logits.CopyTo(host_logits));
+    // The same rows with the (k+1)-th largest score raised to the k-th: a tie at the boundary, so
+    // every row takes the search's third pass.
+    std::vector<float> tied_logits = host_logits;
+    for (int s = 0; s < copies; ++s) TieAtTheBoundary(&tied_logits[size_t(s) * ctx], ctx, 2048);
+    ASSIGN_OR_RETURN(DeviceBuffer tied, ToDevice(tied_logits));
+    auto time_topk = [&](const DeviceBuffer& scores, const std::vector<float>& host_scores, int k,
+                         const std::string& what) -> absl::Status {
       auto topk = [&](int i) {
         const int s = i % copies;
-        TopkParams p{logits.get<float>() + size_t(s) * ctx,
+        TopkParams p{scores.get<float>() + size_t(s) * ctx,
                      lens.get<int32_t>() + s,
                      indices.get<int32_t>() + s * 2048,
                      ctx,
@@ -275,14 +313,26 @@ class Bench {
         return TopkCuda(p, ws_topk_, stream_);
       };
       ASSIGN_OR_RETURN(Timing tt, TimeMedian(topk, stream_));
-      report.rows.push_back({"topk",
-                             absl::StrFormat("batch=1 n=%d k=%d", ctx, k),
-                             tt.median_us,
-                             double(ctx) * 4 + k * 4.0,
-                             {}});
-      if (k == 2048) {
-        for (int i = 0; i < copies; ++i) RETURN_IF_ERROR(topk(i));
-      }
+      KernelRow row{"topk",
+                    absl::StrFormat("batch=1 n=%d k=%d%s", ctx, k, what),
+                    tt.median_us,
+                    double(ctx) * 4 + k * 4.0,
+                    {}};
+      row.extra.push_back({"third_pass_rows", ThirdPassRows(host_scores, host_lens, ctx, k)});
+      report.rows.push_back(row);
+      return absl::OkStatus();
+    };
+    RETURN_IF_ERROR(time_topk(logits, host_logits, 256, ""));
+    RETURN_IF_ERROR(time_topk(logits, host_logits, 2048, ""));
+    RETURN_IF_ERROR(time_topk(tied, tied_logits, 2048, " tied at the k-th"));
+    for (int i = 0; i < copies; ++i) {  // the selections of the untied rows, for sparse decode
+      TopkParams p{logits.get<float>() + size_t(i) * ctx,
+                   lens.get<int32_t>() + i,
+                   indices.get<int32_t>() + i * 2048,
+                   ctx,
+                   1,
+                   2048};
+      RETURN_IF_ERROR(TopkCuda(p, ws_topk_, stream_));
     }
 
     // Sparse decode over those 2048 selections, 32/8 heads, batch 1.
@@ -321,6 +371,7 @@ class Bench {
                   tl.median_us,
                   ctx * 136.0 + 2048.0 * KvBytesPerToken(spec),
                   {}};
+    row.extra.push_back({"third_pass_rows", ThirdPassRows(host_logits, host_lens, ctx, 2048)});
     absl::StatusOr<double> graph_us = TimeLayerGraph(layer, copies);
     if (graph_us.ok())
       row.extra.push_back({"cuda_graph_us", *graph_us});
@@ -563,7 +614,7 @@ class Bench {
  private:
   cudaStream_t stream_;
   bool quick_;
-  std::mt19937_64 rng_{20261130};
+  std::mt19937_64 rng_;
   CudaWorkspace ws_, ws_topk_;
 };
 
@@ -591,14 +642,22 @@ absl::StatusOr<KernelReport> RunKernelBench(const KernelBenchOptions& options) {
   Progress(absl::StrCat("device ", report.device, ", measuring copy bandwidth"));
   ASSIGN_OR_RETURN(report.copy_tbps, MeasureCopyTbps(stream));
   Bench bench(stream, options.quick);
-  if (wanted("dense")) RETURN_IF_ERROR(bench.DenseDecode(report));
-  if (wanted("shapes")) RETURN_IF_ERROR(bench.OtherShapes(report));
-  if (wanted("sparse_v")) RETURN_IF_ERROR(bench.SparseV(report));
-  if (wanted("layer")) RETURN_IF_ERROR(bench.IndexerTopkSparse(report));
-  if (wanted("batched")) RETURN_IF_ERROR(bench.BatchedIndexerAndSparse(report));
-  if (wanted("cache_write")) RETURN_IF_ERROR(bench.CacheWrite(report));
-  if (wanted("block_copy")) RETURN_IF_ERROR(bench.BlockCopy(report));
-  if (wanted("launch")) RETURN_IF_ERROR(bench.LaunchFloor(report));
+  using Section = absl::Status (Bench::*)(KernelReport&);
+  // In the order of kKernelBenchSections.
+  const Section sections[] = {&Bench::DenseDecode,
+                              &Bench::OtherShapes,
+                              &Bench::SparseV,
+                              &Bench::IndexerTopkSparse,
+                              &Bench::BatchedIndexerAndSparse,
+                              &Bench::CacheWrite,
+                              &Bench::BlockCopy,
+                              &Bench::LaunchFloor};
+  static_assert(std::size(sections) == std::size(kKernelBenchSections));
+  for (size_t i = 0; i < std::size(sections); ++i) {
+    if (!wanted(kKernelBenchSections[i])) continue;
+    bench.SeedFor(static_cast<int>(i));
+    RETURN_IF_ERROR((bench.*sections[i])(report));
+  }
   cudaStreamDestroy(stream);
   return report;
 }

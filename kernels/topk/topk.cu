@@ -16,6 +16,8 @@
 //   - the row's counters and histograms must be zero when the kernel starts. They live in a buffer
 //     that is zeroed once when allocated, and the last CTA of a row to finish zeroes them again.
 #include <cstdint>
+#include <cstring>
+#include <vector>
 
 #include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/work_split.h"
@@ -68,9 +70,10 @@ struct Layout {
 };
 
 // NaN -> 0 (never selected); -0 -> +0; otherwise larger float, larger key (>= 1).
-__device__ __forceinline__ uint32_t Key(float f) {
-  if (isnan(f)) return 0u;
-  uint32_t u = f == 0.0f ? 0u : __float_as_uint(f);
+__host__ __device__ __forceinline__ uint32_t Key(float f) {
+  if (f != f) return 0u;
+  uint32_t u = 0u;
+  if (f != 0.0f) memcpy(&u, &f, sizeof(u));
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
@@ -381,7 +384,47 @@ Layout MakeLayout(const TopkParams& p) {
   return layout;
 }
 
+// The kernel's search for one row, on the host: the passes it takes (the same histograms, the same
+// choice of bin and the same early stop).
+template <int kBins>
+int SearchPasses(const float* scores, int32_t len, uint32_t k) {
+  std::vector<uint32_t> keys(len);
+  for (int32_t i = 0; i < len; ++i) keys[i] = Key(scores[i]);
+  uint32_t prefix = 0, mask = 0, k_rem = k;
+  std::vector<uint32_t> hist(kBins);
+  for (int pass = 0; pass < kPasses; ++pass) {
+    std::fill(hist.begin(), hist.end(), 0u);
+    const uint32_t digit_mask = (1u << Width<kBins>(pass)) - 1u;
+    uint32_t total = 0;
+    for (uint32_t key : keys) {
+      if (key != 0u && (key & mask) == prefix) {
+        ++hist[(key >> Shift<kBins>(pass)) & digit_mask];
+        ++total;
+      }
+    }
+    if (total < k_rem) return pass + 1;  // take them all
+    uint32_t running = 0;
+    int b = kBins - 1;
+    while (running + hist[b] < k_rem) running += hist[b--];
+    if (hist[b] == k_rem - running) return pass + 1;  // the bin taken whole
+    prefix |= uint32_t(b) << Shift<kBins>(pass);
+    mask |= digit_mask << Shift<kBins>(pass);
+    k_rem -= running;
+  }
+  return kPasses;
+}
+
 }  // namespace
+
+int TopkSearchPasses(const TopkParams& host, int row) {
+  const Layout layout = MakeLayout(host);
+  const float* scores = host.scores + int64_t{row} * host.scores_stride;
+  const int32_t len = host.lengths[row];
+  const uint32_t k = static_cast<uint32_t>(host.k);
+  return layout.threads == kWideThreads
+             ? SearchPasses<kWideThreads * kBinsPerThread>(scores, len, k)
+             : SearchPasses<kNarrowThreads * kBinsPerThread>(scores, len, k);
+}
 
 TopkWorkspaceSizes TopkWorkspaceBytes(const TopkParams& p) {
   const Layout layout = MakeLayout(p);

@@ -29,4 +29,9 @@ TopkWorkspaceSizes TopkWorkspaceBytes(const TopkParams& p);
 
 LaunchStatus TopkLaunch(const TopkParams& p, const TopkWorkspace& workspace, cudaStream_t stream);
 
+// How many histogram passes (1 to 3) TopkLaunch's search takes for row `row` of p, whose scores
+// and lengths are in host memory here. Two when the bin of the k-th largest score's top 24 bits
+// holds no smaller score; a third pass (about 4 us on an H200 at 163,840 scores) otherwise.
+int TopkSearchPasses(const TopkParams& host, int row);
+
 }  // namespace kvp

@@ -21,6 +21,7 @@
 #include "kernels/paged_decode/paged_decode_ref.h"
 #include "kernels/sparse_decode/sparse_decode_ref.h"
 #include "kernels/synthetic/synthetic_fill.h"
+#include "kernels/topk/topk_launch.h"
 #include "kernels/topk/topk_ref.h"
 #include "tests/testing/test_pool.h"
 
@@ -607,6 +608,30 @@ TEST_F(CudaKernelsTest, TopkEqualsTheReferenceElementForElement) {
   const int odd = stride - 3;
   ExpectTopkEqualsReference(std::vector<float>(scores.begin(), scores.begin() + 4 * odd),
                             {odd, odd - 1, 2047, odd - 5000}, odd, 2048, "odd stride", ws);
+}
+
+// What the bench reports next to each top-k time: scores whose top 24 key bits all differ are
+// decided in two passes; a tie at the k-th largest takes a third (and the result is still the
+// reference's).
+TEST_F(CudaKernelsTest, TopkSearchPassesCountsTheThirdPass) {
+  const int n = 163840, k = 2048;
+  std::vector<float> scores(n);
+  for (int i = 0; i < n; ++i) {
+    const uint32_t bits = 0x3F800000u + (static_cast<uint32_t>(i) << 8);  // 1.0 and up
+    std::memcpy(&scores[i], &bits, 4);
+  }
+  std::shuffle(scores.begin(), scores.end(), rng_);
+  const std::vector<int32_t> lens = {n};
+  TopkParams host{scores.data(), lens.data(), nullptr, n, 1, k};
+  EXPECT_EQ(TopkSearchPasses(host, 0), 2);
+  // The (k+1)-th largest (bits of index n - k - 1) raised to the k-th.
+  uint32_t kth = 0x3F800000u + (static_cast<uint32_t>(n - k) << 8), next = kth - 256;
+  for (float& x : scores) {
+    if (std::memcmp(&x, &next, 4) == 0) std::memcpy(&x, &kth, 4);
+  }
+  EXPECT_EQ(TopkSearchPasses(host, 0), 3);
+  CudaWorkspace ws;
+  ExpectTopkEqualsReference(scores, lens, n, k, "tie at the k-th", ws);
 }
 
 TEST_F(CudaKernelsTest, TopkOfMoreRowsThanTheGpuHoldsAtOnce) {
