@@ -300,18 +300,19 @@ class Bench {
     std::vector<float> tied_logits = host_logits;
     for (int s = 0; s < copies; ++s) TieAtTheBoundary(&tied_logits[size_t(s) * ctx], ctx, 2048);
     ASSIGN_OR_RETURN(DeviceBuffer tied, ToDevice(tied_logits));
+    // Top-k of row s of `scores` into the indices of copy s.
+    auto topk_row = [&](const DeviceBuffer& scores, int s, int k) {
+      const TopkParams p{scores.get<float>() + size_t(s) * ctx,
+                         lens.get<int32_t>() + s,
+                         indices.get<int32_t>() + s * 2048,
+                         ctx,
+                         1,
+                         k};
+      return TopkCuda(p, ws_topk_, stream_);
+    };
     auto time_topk = [&](const DeviceBuffer& scores, const std::vector<float>& host_scores, int k,
                          const std::string& what) -> absl::Status {
-      auto topk = [&](int i) {
-        const int s = i % copies;
-        TopkParams p{scores.get<float>() + size_t(s) * ctx,
-                     lens.get<int32_t>() + s,
-                     indices.get<int32_t>() + s * 2048,
-                     ctx,
-                     1,
-                     k};
-        return TopkCuda(p, ws_topk_, stream_);
-      };
+      auto topk = [&](int i) { return topk_row(scores, i % copies, k); };
       ASSIGN_OR_RETURN(Timing tt, TimeMedian(topk, stream_));
       KernelRow row{"topk",
                     absl::StrFormat("batch=1 n=%d k=%d%s", ctx, k, what),
@@ -325,14 +326,8 @@ class Bench {
     RETURN_IF_ERROR(time_topk(logits, host_logits, 256, ""));
     RETURN_IF_ERROR(time_topk(logits, host_logits, 2048, ""));
     RETURN_IF_ERROR(time_topk(tied, tied_logits, 2048, " tied at the k-th"));
-    for (int i = 0; i < copies; ++i) {  // the selections of the untied rows, for sparse decode
-      TopkParams p{logits.get<float>() + size_t(i) * ctx,
-                   lens.get<int32_t>() + i,
-                   indices.get<int32_t>() + i * 2048,
-                   ctx,
-                   1,
-                   2048};
-      RETURN_IF_ERROR(TopkCuda(p, ws_topk_, stream_));
+    for (int s = 0; s < copies; ++s) {  // the selections of the untied rows, for sparse decode
+      RETURN_IF_ERROR(topk_row(logits, s, 2048));
     }
 
     // Sparse decode over those 2048 selections, 32/8 heads, batch 1.
@@ -355,14 +350,7 @@ class Bench {
     // One decode layer: indexer -> top-k -> sparse decode, captured in a CUDA graph.
     auto layer = [&](int i) -> absl::Status {
       RETURN_IF_ERROR(indexer(i));
-      const int s = i % copies;
-      TopkParams tp{logits.get<float>() + size_t(s) * ctx,
-                    lens.get<int32_t>() + s,
-                    indices.get<int32_t>() + s * 2048,
-                    ctx,
-                    1,
-                    2048};
-      RETURN_IF_ERROR(TopkCuda(tp, ws_topk_, stream_));
+      RETURN_IF_ERROR(topk_row(logits, i % copies, 2048));
       return sparse(i);
     };
     ASSIGN_OR_RETURN(Timing tl, TimeMedian(layer, stream_));
