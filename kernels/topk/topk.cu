@@ -77,15 +77,18 @@ __host__ __device__ __forceinline__ uint32_t Key(float f) {
   return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-// Waits until `target` arrivals at `counter` (the CTAs of one row, pass by pass).
+// Waits until `target` arrivals at `counter` (the CTAs of one row, pass by pass). The arrival is a
+// release at GPU scope (the CTA's histogram and suffix counts, ordered before it by the CTA
+// barrier, are visible to whoever sees it) and the wait an acquire, instead of sequentially
+// consistent fences on either side.
 __device__ __forceinline__ void RowBarrier(unsigned int* counter, unsigned int target) {
   __syncthreads();
   if (threadIdx.x == 0) {
-    __threadfence();
-    atomicAdd(counter, 1u);
-    while (*reinterpret_cast<volatile unsigned int*>(counter) < target) {
-    }
-    __threadfence();
+    asm volatile("red.release.gpu.global.add.u32 [%0], 1;" ::"l"(counter) : "memory");
+    unsigned int arrived;
+    do {
+      asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(arrived) : "l"(counter) : "memory");
+    } while (arrived < target);
   }
   __syncthreads();
 }
@@ -310,9 +313,19 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
     if (take_all) {
       e_i = at_or_above(0, 0);  // every valid key
     } else {
-      for (int pass = 0; pass < passes; ++pass) g_i += at_or_above(pass, s_digit[pass] + 1);
-      e_i = at_or_above(passes - 1, s_digit[passes - 1]) -
-            at_or_above(passes - 1, s_digit[passes - 1] + 1);
+      // All of the CTA's counts asked for at once (one wait on L2, not one a pass).
+      uint32_t above[kPasses];
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass)
+        above[pass] = pass < passes ? at_or_above(pass, s_digit[pass] + 1) : 0u;
+      const uint32_t at_last = at_or_above(passes - 1, s_digit[passes - 1]);
+#pragma unroll
+      for (int pass = 0; pass < kPasses; ++pass) g_i += above[pass];
+      uint32_t above_last = above[0];  // above[passes - 1], without indexing registers
+#pragma unroll
+      for (int pass = 1; pass < kPasses; ++pass)
+        above_last = pass < passes ? above[pass] : above_last;
+      e_i = at_last - above_last;
     }
   }
   uint32_t gt_total, eq_total;
