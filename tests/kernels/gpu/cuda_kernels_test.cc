@@ -625,7 +625,7 @@ TEST_F(CudaKernelsTest, TopkSearchPassesCountsTheThirdPass) {
   TopkParams host{scores.data(), lens.data(), nullptr, n, 1, k};
   EXPECT_EQ(TopkSearchPasses(host, 0), 2);
   // The (k+1)-th largest (bits of index n - k - 1) raised to the k-th.
-  uint32_t kth = 0x3F800000u + (static_cast<uint32_t>(n - k) << 8), next = kth - 256;
+  const uint32_t kth = 0x3F800000u + (static_cast<uint32_t>(n - k) << 8), next = kth - 256;
   for (float& x : scores) {
     if (std::memcmp(&x, &next, 4) == 0) std::memcpy(&x, &kth, 4);
   }
