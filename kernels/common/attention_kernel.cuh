@@ -259,7 +259,7 @@ LaunchStatus WithPartsKernel(const AttentionParams& p, int positions, F&& f) {
         const PartsKernel& shared =
             PartsKernelFor<kD, kBits, kSparse, HeadLayout::kRowsSharedQueries, 1>();
         const Plan plan = PlanFor(p, shared, positions);
-        if (shared.resident > rows.resident &&
+        if (shared.setup == cudaSuccess && shared.resident > rows.resident &&
             (plan.chunks + plan.splits - 1) / plan.splits >= kMinChunksForSharedQueries) {
           return f(shared, plan, head_dim);
         }
