@@ -78,15 +78,21 @@ std::vector<DenseShape> OtherDenseShapes() {
   return shapes;
 }
 
-// How many of the rows of `scores` (`lens.size()` rows of `stride`) the top-k search takes a third
-// pass for: the number a top-k row of the table depends on (TopkSearchPasses).
-double ThirdPassRows(const std::vector<float>& scores, const std::vector<int32_t>& lens, int stride,
-                     int k) {
+// How the top-k search decides the rows of `scores` (`lens.size()` rows of `stride`): how many it
+// finds in the candidate list after two passes, and how many take a third pass. A top-k row of the
+// table depends on them (TopkSearchOf); they are its notes.
+std::vector<std::pair<std::string, double>> TopkSearchNotes(const std::vector<float>& scores,
+                                                            const std::vector<int32_t>& lens,
+                                                            int stride, int k) {
   TopkParams host{
       scores.data(), lens.data(), nullptr, stride, static_cast<int32_t>(lens.size()), k};
-  int rows = 0;
-  for (int r = 0; r < host.num_rows; ++r) rows += TopkSearchPasses(host, r) == 3;
-  return rows;
+  int list = 0, third_pass = 0;
+  for (int r = 0; r < host.num_rows; ++r) {
+    const TopkSearch search = TopkSearchOf(host, r);
+    list += search.from_list;
+    third_pass += search.passes == 3;
+  }
+  return {{"list_rows", list}, {"third_pass_rows", third_pass}};
 }
 
 // Raises the (k+1)-th largest of n scores to the k-th largest.
@@ -296,7 +302,7 @@ class Bench {
     std::vector<float> host_logits(size_t(copies) * ctx);
     RETURN_IF_ERROR(logits.CopyTo(host_logits));
     // The same rows with the (k+1)-th largest score raised to the k-th: a tie at the boundary, so
-    // every row takes the search's third pass.
+    // no row is decided by two histogram passes alone.
     std::vector<float> tied_logits = host_logits;
     for (int s = 0; s < copies; ++s) TieAtTheBoundary(&tied_logits[size_t(s) * ctx], ctx, 2048);
     ASSIGN_OR_RETURN(DeviceBuffer tied, ToDevice(tied_logits));
@@ -310,26 +316,22 @@ class Bench {
                          k};
       return TopkCuda(p, ws_topk_, stream_);
     };
-    // How many rows take the search's third pass: a note on each row that times them.
-    const double third_pass_256 = ThirdPassRows(host_logits, host_lens, ctx, 256);
-    const double third_pass_2048 = ThirdPassRows(host_logits, host_lens, ctx, 2048);
+    // How the search decides the rows: notes on each row that times them.
+    const auto search_256 = TopkSearchNotes(host_logits, host_lens, ctx, 256);
+    const auto search_2048 = TopkSearchNotes(host_logits, host_lens, ctx, 2048);
     auto time_topk = [&](const DeviceBuffer& scores, int k, const std::string& what,
-                         double third_pass_rows) -> absl::Status {
+                         const std::vector<std::pair<std::string, double>>& notes) -> absl::Status {
       auto topk = [&](int i) { return topk_row(scores, i % copies, k); };
       ASSIGN_OR_RETURN(Timing tt, TimeMedian(topk, stream_));
-      KernelRow row{"topk",
-                    absl::StrFormat("batch=1 n=%d k=%d%s", ctx, k, what),
-                    tt.median_us,
-                    double(ctx) * 4 + k * 4.0,
-                    {}};
-      row.extra.push_back({"third_pass_rows", third_pass_rows});
+      KernelRow row{"topk", absl::StrFormat("batch=1 n=%d k=%d%s", ctx, k, what), tt.median_us,
+                    double(ctx) * 4 + k * 4.0, notes};
       report.rows.push_back(row);
       return absl::OkStatus();
     };
-    RETURN_IF_ERROR(time_topk(logits, 256, "", third_pass_256));
-    RETURN_IF_ERROR(time_topk(logits, 2048, "", third_pass_2048));
+    RETURN_IF_ERROR(time_topk(logits, 256, "", search_256));
+    RETURN_IF_ERROR(time_topk(logits, 2048, "", search_2048));
     RETURN_IF_ERROR(time_topk(tied, 2048, " tied at the k-th",
-                              ThirdPassRows(tied_logits, host_lens, ctx, 2048)));
+                              TopkSearchNotes(tied_logits, host_lens, ctx, 2048)));
     for (int s = 0; s < copies; ++s) {  // the selections of the untied rows, for sparse decode
       RETURN_IF_ERROR(topk_row(logits, s, 2048));
     }
@@ -360,10 +362,7 @@ class Bench {
     ASSIGN_OR_RETURN(Timing tl, TimeMedian(layer, stream_));
     KernelRow row{"decode_layer",
                   absl::StrFormat("batch=1 indexer %d tokens + top-2048 + sparse 32/8", ctx),
-                  tl.median_us,
-                  ctx * 136.0 + 2048.0 * KvBytesPerToken(spec),
-                  {}};
-    row.extra.push_back({"third_pass_rows", third_pass_2048});
+                  tl.median_us, ctx * 136.0 + 2048.0 * KvBytesPerToken(spec), search_2048};
     absl::StatusOr<double> graph_us = TimeLayerGraph(layer, copies);
     if (graph_us.ok())
       row.extra.push_back({"cuda_graph_us", *graph_us});
@@ -446,11 +445,13 @@ class Bench {
           logits.get<float>(), lens.get<int32_t>(), indices.get<int32_t>(), ctx, batch, 2048};
       ASSIGN_OR_RETURN(Timing tt,
                        TimeMedian([&](int) { return TopkCuda(tp, ws_topk_, stream_); }, stream_));
-      report.rows.push_back({"topk",
-                             absl::StrFormat("batch=%d n=%d k=2048", batch, ctx),
-                             tt.median_us,
-                             double(batch) * (ctx * 4.0 + 2048 * 4.0),
-                             {}});
+      KVP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));  // CopyTo uses another stream
+      std::vector<float> host_logits(size_t(batch) * ctx);
+      RETURN_IF_ERROR(logits.CopyTo(host_logits));
+      report.rows.push_back(
+          {"topk", absl::StrFormat("batch=%d n=%d k=2048", batch, ctx), tt.median_us,
+           double(batch) * (ctx * 4.0 + 2048 * 4.0),
+           TopkSearchNotes(host_logits, std::vector<int32_t>(batch, ctx), ctx, 2048)});
     }
     for (int q_heads : {32, 128}) {
       const int batch = quick_ ? 16 : 128, ctx = 8192, kv = q_heads == 128 ? 1 : 8;

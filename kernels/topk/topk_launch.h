@@ -29,9 +29,17 @@ TopkWorkspaceSizes TopkWorkspaceBytes(const TopkParams& p);
 
 LaunchStatus TopkLaunch(const TopkParams& p, const TopkWorkspace& workspace, cudaStream_t stream);
 
-// How many histogram passes (1 to 3) TopkLaunch's search takes for row `row` of p, whose scores
-// and lengths are in host memory here. Two when the bin of the k-th largest score's top 24 bits
-// holds no smaller score; a third pass (about 4 us on an H200 at 163,840 scores) otherwise.
-int TopkSearchPasses(const TopkParams& host, int row);
+// How TopkLaunch's search decides a row: after two histogram passes when the bin of the k-th
+// largest score's top 24 bits holds no smaller score and no tie; else, when that bin holds at most
+// 2,048 scores (1,024 in batches of CTAs of 256 threads) and its 12-bit bin at most an eighth of
+// the row, from the candidate lists the second pass wrote (about 1.5 us more at 163,840 scores on
+// an H200); else after a third pass (about 4 us more, mostly its barrier).
+struct TopkSearch {
+  int passes = 0;          // histogram passes, 1 to 3, each ending at a barrier of the row's CTAs
+  bool from_list = false;  // the k-th found in the candidate list after the second pass
+};
+
+// The search for row `row` of p, whose scores and lengths are in host memory here.
+TopkSearch TopkSearchOf(const TopkParams& host, int row);
 
 }  // namespace kvp

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -339,28 +340,73 @@ TEST_F(CudaKernelsTest, TopkEqualsTheReferenceElementForElement) {
                             {odd, odd - 1, 2047, odd - 5000}, odd, 2048, "odd stride", ws);
 }
 
-// What the bench reports next to each top-k time: scores whose top 24 key bits all differ are
-// decided in two passes; a tie at the k-th largest takes a third (and the result is still the
-// reference's).
-TEST_F(CudaKernelsTest, TopkSearchPassesCountsTheThirdPass) {
+// Raises the (k+1)-th largest score of each row to the k-th: a tie at the boundary.
+void TieAtTheKth(std::vector<float>& scores, int stride, int k) {
+  for (size_t row = 0; row < scores.size() / stride; ++row) {
+    float* x = scores.data() + row * stride;
+    std::vector<float> sorted(x, x + stride);
+    std::nth_element(sorted.begin(), sorted.begin() + k, sorted.end(), std::greater<float>());
+    const float next = sorted[k];
+    const float kth = *std::min_element(sorted.begin(), sorted.begin() + k);
+    *std::find(x, x + stride, next) = kth;
+  }
+}
+
+// The three ways the search decides a row (what the bench reports next to each top-k time), each
+// giving the reference's result: scores whose top 24 key bits all differ, in two passes; a tie at
+// the k-th, from the second pass's candidate lists; 3,000 scores equal to the k-th, too many to
+// read from the lists, in a third pass.
+TEST_F(CudaKernelsTest, TopkDecidesARowInTwoPassesFromTheListOrInAThird) {
   const int n = 163840, k = 2048;
-  std::vector<float> scores(n);
-  for (int i = 0; i < n; ++i) {
-    const uint32_t bits = 0x3F800000u + (static_cast<uint32_t>(i) << 8);  // 1.0 and up
-    std::memcpy(&scores[i], &bits, 4);
-  }
-  std::shuffle(scores.begin(), scores.end(), rng_);
   const std::vector<int32_t> lens = {n};
-  TopkParams host{scores.data(), lens.data(), nullptr, n, 1, k};
-  EXPECT_EQ(TopkSearchPasses(host, 0), 2);
-  // The (k+1)-th largest (bits of index n - k - 1) raised to the k-th.
-  const uint32_t kth = 0x3F800000u + (static_cast<uint32_t>(n - k) << 8), next = kth - 256;
-  for (float& x : scores) {
-    if (std::memcmp(&x, &next, 4) == 0) std::memcpy(&x, &kth, 4);
-  }
-  EXPECT_EQ(TopkSearchPasses(host, 0), 3);
   CudaWorkspace ws;
-  ExpectTopkEqualsReference(scores, lens, n, k, "tie at the k-th", ws);
+  // 1.0 and up, 256 ulps apart, shuffled; those ranked [first, last) in ascending order made equal
+  // to the k-th largest (ranked n - k).
+  auto spaced = [&](int first, int last) {
+    std::vector<float> scores(n);
+    for (int i = 0; i < n; ++i) {
+      const int rank = i >= first && i < last ? n - k : i;
+      const uint32_t bits = 0x3F800000u + (static_cast<uint32_t>(rank) << 8);
+      std::memcpy(&scores[i], &bits, 4);
+    }
+    std::shuffle(scores.begin(), scores.end(), rng_);
+    return scores;
+  };
+  std::vector<float> scores = spaced(0, 0);
+  TopkParams host{scores.data(), lens.data(), nullptr, n, 1, k};
+  TopkSearch search = TopkSearchOf(host, 0);
+  EXPECT_EQ(search.passes, 2);
+  EXPECT_FALSE(search.from_list);
+  TieAtTheKth(scores, n, k);
+  search = TopkSearchOf(host, 0);
+  EXPECT_EQ(search.passes, 2);
+  EXPECT_TRUE(search.from_list);
+  ExpectTopkEqualsReference(scores, lens, n, k, "tie at the k-th, from the lists", ws);
+  scores = spaced(n - k - 2000, n - k + 1000);  // the k-th is ranked n - k
+  host.scores = scores.data();
+  search = TopkSearchOf(host, 0);
+  EXPECT_EQ(search.passes, 3);
+  EXPECT_FALSE(search.from_list);
+  ExpectTopkEqualsReference(scores, lens, n, k, "3,000 ties at the k-th, third pass", ws);
+
+  std::vector<float> normal_scores(n);
+  std::normal_distribution<float> normal;
+  for (float& x : normal_scores) x = normal(rng_);
+  TieAtTheKth(normal_scores, n, k);
+  host.scores = normal_scores.data();
+  search = TopkSearchOf(host, 0);
+  EXPECT_EQ(search.passes, 2);
+  EXPECT_TRUE(search.from_list);
+  ExpectTopkEqualsReference(normal_scores, lens, n, k, "normal scores tied at the k-th", ws);
+  // Ties at the k-th in each of a batch of 32 rows (CTAs of 256 threads, digits of 11, 11 and 10).
+  const int rows = 32, stride = 65536;
+  std::vector<float> batch(size_t(rows) * stride);
+  for (float& x : batch) x = normal(rng_);
+  TieAtTheKth(batch, stride, k);
+  std::vector<int32_t> batch_lens(rows, stride);
+  TopkParams batch_host{batch.data(), batch_lens.data(), nullptr, stride, rows, k};
+  for (int r = 0; r < rows; ++r) EXPECT_TRUE(TopkSearchOf(batch_host, r).from_list) << r;
+  ExpectTopkEqualsReference(batch, batch_lens, stride, k, "batch tied at the k-th", ws);
 }
 
 TEST_F(CudaKernelsTest, TopkOfMoreRowsThanTheGpuHoldsAtOnce) {
