@@ -183,10 +183,8 @@ inline constexpr int kQueryFragmentsOffset =
     kPairLevelsOffset<kHeadDim, kVBits, 1, kChunk, kDepth> + (4 << (2 * kVBits));
 template <int kHeadDim, int kVBits, int kDepth>
 inline constexpr int kSharedQueriesBytes =
-    kQueryFragmentsOffset<kHeadDim, kVBits, kDepth> + kQueryFragmentBytes<kHeadDim> >
-            kMergeBytes<kHeadDim>
-        ? kQueryFragmentsOffset<kHeadDim, kVBits, kDepth> + kQueryFragmentBytes<kHeadDim>
-        : kMergeBytes<kHeadDim>;
+    SharedBytesOf(kQueryFragmentsOffset<kHeadDim, kVBits, kDepth> + kQueryFragmentBytes<kHeadDim>,
+                  kMergeBytes<kHeadDim>);
 // The heads-as-rows kernel's stages: as deep as four CTAs an SM allow with the queries in shared
 // memory (three for turbo2, two for turbo3 and turbo4 at D = 128), kStages otherwise.
 template <int kHeadDim, int kVBits, bool kQueriesInShared>

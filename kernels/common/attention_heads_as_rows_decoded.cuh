@@ -63,9 +63,8 @@ template <int kHeadDim, int kVBits>
 inline constexpr int kDecodedEnd = kDecodedOffset<kHeadDim, kVBits> + wgmma::kSwizzleAtomBytes +
                                    DecodedK<kHeadDim>::kBytes + DecodedV<kHeadDim>::kBytes;
 template <int kHeadDim, int kVBits>
-inline constexpr int kDecodedSharedBytes =
-    kDecodedEnd<kHeadDim, kVBits> > kFinishOutputsBytes<kHeadDim> ? kDecodedEnd<kHeadDim, kVBits>
-                                                                  : kFinishOutputsBytes<kHeadDim>;
+inline constexpr int kDecodedSharedBytes = SharedBytesOf(kDecodedEnd<kHeadDim, kVBits>,
+                                                         kFinishOutputsBytes<kHeadDim>);
 
 // Decodes a staged chunk into k_out (DecodedK) and v_out (DecodedV), with all the CTA's threads:
 // thread i takes the 16-dim piece i % (D/16) (16 K bytes, one TurboNV group) of every

@@ -36,6 +36,11 @@ inline constexpr float kLog2e = 1.4426950408889634f;
 // Shared memory of an sm_90 SM, and what the hardware reserves of it for each resident CTA.
 inline constexpr int kSmSharedBytes = 228 * 1024;
 inline constexpr int kCtaReservedSharedBytes = 1024;
+// A kernel's shared memory holds its pipeline and, after the last chunk, the area it merges or
+// finishes its results in, over the same bytes: the larger of the two.
+KVP_HD constexpr int SharedBytesOf(int pipeline_bytes, int results_bytes) {
+  return pipeline_bytes > results_bytes ? pipeline_bytes : results_bytes;
+}
 
 // 2^x for softmax weights (x <= 0 in practice): one MUFU.EX2, results below 2^-126 flush to 0
 // (exp2f adds a range check and two multiplies per call to keep them).
@@ -195,11 +200,9 @@ template <int kHeadDim>
 inline constexpr int kMergeBytes = 64 * kRowFloats<kHeadDim> * 4;
 template <int kHeadDim, int kVBits, int kKvHeads, int kPositions = kChunk / kKvHeads,
           int kDepth = kStages>
-inline constexpr int kSharedBytes =
-    kPairLevelsOffset<kHeadDim, kVBits, kKvHeads, kPositions, kDepth> + (4 << (2 * kVBits)) >
-            kMergeBytes<kHeadDim>
-        ? kPairLevelsOffset<kHeadDim, kVBits, kKvHeads, kPositions, kDepth> + (4 << (2 * kVBits))
-        : kMergeBytes<kHeadDim>;
+inline constexpr int kSharedBytes = SharedBytesOf(
+    kPairLevelsOffset<kHeadDim, kVBits, kKvHeads, kPositions, kDepth> + (4 << (2 * kVBits)),
+    kMergeBytes<kHeadDim>);
 
 // `pair_levels[c0 | c1 << N]` = (level c0, level c1) as f16: fills it with the CTA's threads.
 template <int kVBits>
