@@ -14,8 +14,9 @@
 // digit, where its suffix counts say each digit's keys start. So when the second digit leaves more
 // than one key in the k-th's bin (a smaller key shares the k-th's top 24 bits, or ties it), every
 // CTA reads just that bin's few keys from each CTA's list and finds the k-th among them on its own,
-// without a third histogram and barrier. Only a bin of more keys than a CTA reads at once (ties or
-// crowded scores) takes the third pass.
+// without a third histogram and barrier. The third pass is left to rows whose k-th's 24-bit bin
+// holds more keys than a CTA reads at once, or whose 12-bit bin more than an eighth of the row
+// (thousands of ties; see MaxListCandidates).
 //
 // At most three barriers a row, one per pass, and nothing else to wait for:
 //   - the compaction needs, for each CTA, how many elements of the CTAs before it are selected.
