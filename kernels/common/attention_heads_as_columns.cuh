@@ -12,6 +12,16 @@
 // (kMinPositionsForTwoKvHeads): their rows sit side by side in the cache, so it stages both with
 // fewer L2 requests per byte than two CTAs would, and each of its warps takes two tiles at a time
 // (kColumnSpans).
+//
+// Paired heads (kPairedHeads, head_dim 64 with at most 4 q heads a kv head): two cache heads of 64
+// dims lie side by side in every row of the cache exactly as one head of 128 does, so the kernel
+// runs at kHeadDim = 128 over half as many kv heads (PairedHeadsParams), the q heads of both as its
+// columns (at most 8). K·Qᵀ then takes the first cache head's dims in k-steps 0-3 and the second's
+// in k-steps 4-7, each half in an accumulator of its own, and a column's scores are its own half's:
+// no product of one head's keys with the other's queries reaches them (so a NaN key of one head
+// stays out of the other's outputs, as in the reference). Vᵀ·Pᵀ computes all 128 dims for every
+// column, of which a q head keeps its own half (MergeWarpsOf). What it saves over one kv head of 64
+// a warp: the 8 columns are all used, and each position's softmax and staging serve 128 dims.
 #pragma once
 
 #include "kernels/common/attention_pipeline.cuh"
@@ -54,12 +64,12 @@ inline constexpr int kColumnSharedBytes =
 // and the ring of row addresses): up to 128 registers. Warp w takes kv head w / kWarpsPerHead of
 // the CTA's kKvHeads and, of each staged chunk, the span of kSpan 16-position tiles
 // w % kWarpsPerHead.
-template <int kHeadDim, int kVBits, bool kSparse, int kKvHeads>
+template <int kHeadDim, int kVBits, bool kSparse, int kKvHeads, bool kPairedHeads = false>
 __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
     HeadsAsColumnsKernel(AttentionParams p, PositionSource src, Plan plan, float* parts) {
   constexpr int kPositions = kColumnPositions<kHeadDim, kVBits, kKvHeads>;
   constexpr int kDepth = kColumnDepth<kHeadDim, kVBits, kKvHeads>;
-  using Stream = ChunkStream<kHeadDim, kVBits, kSparse, kKvHeads, kPositions, kDepth>;
+  using Stream = ChunkStream<kHeadDim, kVBits, kSparse, kKvHeads, kPositions, kDepth, kPairedHeads>;
   using St = typename Stream::St;
   constexpr int kSteps = kHeadDim / 16;  // k-steps of K·Qᵀ, and m-tiles of Vᵀ·Pᵀ
   constexpr int kWarpsPerHead = kWarps / kKvHeads;
@@ -77,24 +87,33 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
   const int64_t cta_q_head = int64_t{seq} * p.num_q_heads + first_kv_head * group;
   const int64_t first_q_head = cta_q_head + head * group;
 
-  // Qᵀ as B fragments: column g is head g, k-step s takes dims t·D/4 + 4s .. + 3 (mma.cuh).
-  // Loaded here, converted once the first chunks' copies are issued.
-  uint2 q_loaded[kSteps];
+  // Qᵀ as B fragments: column g is head g, k-step s takes dims t·D/4 + 4s .. + 3 (mma.cuh);
+  // paired heads: k-steps s and s + 4 take dims t·16 + 4s .. + 3 of the column's own 64 (only its
+  // own half's products are kept), one fragment for both. Loaded here, converted once the first
+  // chunks' copies are issued.
+  constexpr int kQDim = kPairedHeads ? kHeadDim / 2 : kHeadDim;  // a q head's dims in p.q
+  constexpr int kQSteps = kPairedHeads ? kSteps / 2 : kSteps;
+  const int heads_per_half = kPairedHeads ? group / 2 : group;
+  uint2 q_loaded[kQSteps];
   {
-    const uint16_t* q = reinterpret_cast<const uint16_t*>(p.q) + (first_q_head + g) * kHeadDim;
+    const uint16_t* q = reinterpret_cast<const uint16_t*>(p.q) + (first_q_head + g) * kQDim;
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s) {
-      q_loaded[s] = g < group ? mma::LoadBf16x4(q + t * (kHeadDim / 4) + 4 * s) : uint2{0u, 0u};
+    for (int s = 0; s < kQSteps; ++s) {
+      const int dim = kPairedHeads ? t * 16 + 4 * s : t * (kHeadDim / 4) + 4 * s;
+      q_loaded[s] = g < group ? mma::LoadBf16x4(q + dim) : uint2{0u, 0u};
     }
   }
-  uint32_t qb[kSteps][2];
+  uint32_t qb[kQSteps][2];
   auto convert_queries = [&] {
 #pragma unroll
-    for (int s = 0; s < kSteps; ++s) mma::Bf16x4ToHalf2x2(q_loaded[s], &qb[s][0], &qb[s][1]);
+    for (int s = 0; s < kQSteps; ++s) mma::Bf16x4ToHalf2x2(q_loaded[s], &qb[s][0], &qb[s][1]);
   };
   const float qk_scale = p.softmax_scale * p.cache.k_codec.scale * kLog2e;
   const float tau = p.sparse_v_threshold;
   const bool real[2] = {2 * t < group, 2 * t + 1 < group};  // heads 2t, 2t + 1
+  // Paired heads: whether heads 2t, 2t + 1 read the second cache head (k-steps 4-7).
+  const bool second_half[2] = {kPairedHeads && 2 * t >= heads_per_half,
+                               kPairedHeads && 2 * t + 1 >= heads_per_half};
 
   float m[2] = {-INFINITY, -INFINITY};  // running max (log2 units) of heads 2t, 2t + 1
   float l[2] = {0.0f, 0.0f};            // this thread's share of their running sums
@@ -107,9 +126,8 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
   stream.ForEach(convert_queries, [&](const St& st) {
     const int base = (warp % kWarpsPerHead) * kSpan * kTile;
     // Sᵀ = K·Qᵀ per tile u: rows are positions base + 16u + g and + 8. Two accumulators (even
-    // and odd k-steps) halve each dependent mma chain.
+    // and odd k-steps, or for paired heads the two halves) halve each dependent mma chain.
     float s_acc[kSpan][4], s_odd[kSpan][4];
-    const int k_byte = head * St::kKHead + t * (kHeadDim / 4);
 #pragma unroll
     for (int u = 0; u < kSpan; ++u) {
 #pragma unroll
@@ -117,9 +135,12 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
       const int row = base + u * kTile;
 #pragma unroll
       for (int s = 0; s < kSteps; s += 4) {
-        const uint4 w0 = *reinterpret_cast<const uint4*>(st.k + St::KByte(row, g, k_byte + 4 * s));
-        const uint4 w1 =
-            *reinterpret_cast<const uint4*>(st.k + St::KByte(row, g + 8, k_byte + 4 * s));
+        // The 16 K bytes of k-steps s .. s + 3: dims t·D/4 + 4s, or for paired heads t·16 of the
+        // half s / 4.
+        const int k_byte =
+            head * St::kKHead + (kPairedHeads ? s / 4 * 64 + t * 16 : t * (kHeadDim / 4) + 4 * s);
+        const uint4 w0 = *reinterpret_cast<const uint4*>(st.k + St::KByte(row, g, k_byte));
+        const uint4 w1 = *reinterpret_cast<const uint4*>(st.k + St::KByte(row, g + 8, k_byte));
         const uint32_t k0[4] = {w0.x, w0.y, w0.z, w0.w}, k1[4] = {w1.x, w1.y, w1.z, w1.w};
 #pragma unroll
         for (int q = 0; q < 4; ++q) {
@@ -127,7 +148,9 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
               a[4];  // (position g, dims 2t..), (g + 8, 2t..), (g, 2t + 8..), (g + 8, 2t + 8..)
           mma::E4m3x4ToHalf2x2(k0[q], &a[0], &a[2]);
           mma::E4m3x4ToHalf2x2(k1[q], &a[1], &a[3]);
-          mma::MmaF16(q % 2 ? s_odd[u] : s_acc[u], a, qb[s + q][0], qb[s + q][1]);
+          const bool odd = kPairedHeads ? s >= 4 : q % 2 != 0;
+          const int qs = (s + q) % kQSteps;
+          mma::MmaF16(odd ? s_odd[u] : s_acc[u], a, qb[qs][0], qb[qs][1]);
         }
       }
     }
@@ -141,7 +164,10 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
       const bool valid1 = st.slots[base + u * kTile + g + 8] >= 0;
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        sc[u][i] = (i < 2 ? valid0 : valid1) ? (s_acc[u][i] + s_odd[u][i]) * qk_scale : -INFINITY;
+        const float dot = !kPairedHeads        ? s_acc[u][i] + s_odd[u][i]
+                          : second_half[i % 2] ? s_odd[u][i]
+                                               : s_acc[u][i];
+        sc[u][i] = (i < 2 ? valid0 : valid1) ? dot * qk_scale : -INFINITY;
       }
       tile_max[0] = fmaxf(tile_max[0], fmaxf(sc[u][0], sc[u][2]));
       tile_max[1] = fmaxf(tile_max[1], fmaxf(sc[u][1], sc[u][3]));
@@ -169,7 +195,8 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
       l[1] += pr[u][1] + pr[u][3];
     }
     RescaleIfMaxMoved(acc, {factor[0], factor[1], factor[0], factor[1]});  // columns 2t, 2t + 1
-    if (SkipsValues(tau, needed, p.skipped_tiles, kSpan)) return;
+    // A skipped tile of paired heads is one of each cache head.
+    if (SkipsValues(tau, needed, p.skipped_tiles, kPairedHeads ? 2 * kSpan : kSpan)) return;
 #pragma unroll
     for (int u = 0; u < kSpan; ++u) {
       // Pᵀ: b0 = (positions 2t, 2t + 1; head g), b1 = (positions 2t + 8, 2t + 9; head g).
@@ -224,8 +251,9 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
   if (plan.parts() > 1) {
 #pragma unroll
     for (int h = 0; h < kKvHeads; ++h) {
-      WriteParts<kHeadDim, kMaxColumnHeads>(merge + h * kHeadRows, 1, kWarpsPerHead, 0, group,
-                                            parts, cta_q_head + h * group, plan.parts(), split);
+      WriteParts<kHeadDim, kMaxColumnHeads, kPairedHeads>(merge + h * kHeadRows, 1, kWarpsPerHead,
+                                                          0, group, parts, cta_q_head + h * group,
+                                                          plan.parts(), split, heads_per_half);
     }
     return;
   }
@@ -233,8 +261,9 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
   float* x = merge + kWarps * kMaxColumnHeads * kRow;  // [head][D]
   static_assert((kWarps + 1) * kMaxColumnHeads * kRow * 4 <= kMergeBytes<kHeadDim>);
   for (int h = 0; h < kKvHeads; ++h) {
-    WriteOutputs<kHeadDim, kMaxColumnHeads>(merge + h * kHeadRows, 1, kWarpsPerHead, 0, group, x,
-                                            p, cta_q_head + h * group);
+    WriteOutputs<kHeadDim, kMaxColumnHeads, kPairedHeads>(merge + h * kHeadRows, 1, kWarpsPerHead,
+                                                          0, group, x, p, cta_q_head + h * group,
+                                                          heads_per_half);
     __syncthreads();  // x is written again for the next kv head
   }
 }

@@ -129,12 +129,12 @@ inline size_t PartialBytes(const AttentionParams& p, const Plan& plan) {
 }
 
 // Where byte `byte` of row first + r sits in rows of kRow bytes whose 16-byte chunks are permuted
-// by row: chunk c of row i at chunk c ^ (i & kSwizzle) (kSwizzle = 0: not permuted). `first` is a
-// multiple of kSwizzle + 1 (the first row of a tile), so a thread's permutation is the same from
-// tile to tile.
-template <int kRow, int kSwizzle>
+// by row: chunk c of row i at chunk c ^ (i & kSwizzle) ^ (i odd ? kOddFlip : 0) (kSwizzle = 0: not
+// permuted). `first` is a multiple of kSwizzle + 1 (the first row of a tile), so a thread's
+// permutation is the same from tile to tile.
+template <int kRow, int kSwizzle, int kOddFlip = 0>
 KVP_HD int PermutedRowByte(int first, int r, int byte) {
-  return (first + r) * kRow + (byte ^ ((r & kSwizzle) << 4));
+  return (first + r) * kRow + (byte ^ (((r & kSwizzle) ^ ((r & 1) * kOddFlip)) << 4));
 }
 
 // Shared-memory layout of one pipeline stage of kPositions positions of kKvHeads kv heads (kChunk
@@ -144,7 +144,12 @@ KVP_HD int PermutedRowByte(int first, int r, int byte) {
 // rows made the L2 deliver 1.5 times K's bytes). K's 16-byte chunks are permuted instead (KByte),
 // which keeps its reads free of bank conflicts. What the consumer gets: the rows, and which
 // positions are real.
-template <int kHeadDim, int kVBits, int kKvHeads, int kPositionsN = kChunk / kKvHeads>
+//
+// kPairedHeads: each K head of the stage is two cache heads of kHeadDim / 2 side by side, which
+// HeadsAsColumnsKernel reads a half at a time (four consecutive chunks of a row in a quarter warp
+// instead of every other chunk), so rows 2m and 2m + 1 differ in chunk bit 2 as well as bit 0.
+template <int kHeadDim, int kVBits, int kKvHeads, int kPositionsN = kChunk / kKvHeads,
+          bool kPairedHeads = false>
 struct Stage {
   static_assert(kKvHeads == 1 || kKvHeads == 2);
   static constexpr int kPositions = kPositionsN;
@@ -158,9 +163,11 @@ struct Stage {
   // Chunk c of K row r sits at chunk c ^ (r & kKSwizzle), within its head's part of the row, so
   // the 16-byte reads of a quarter warp (rows g and g + 1, four columns) fall on different banks.
   static constexpr int kKSwizzle = (kKHead / 16 < 8 ? kKHead / 16 : 8) - 1;
+  static constexpr int kKOddFlip = kPairedHeads ? 4 : 0;
+  static_assert(!kPairedHeads || kKHead == 128);
   // Where byte `byte` of staged K row first + r sits; `first` is a multiple of 8.
   KVP_HD static int KByte(int first, int r, int byte) {
-    return PermutedRowByte<kKRow, kKSwizzle>(first, r, byte);
+    return PermutedRowByte<kKRow, kKSwizzle, kKOddFlip>(first, r, byte);
   }
   static constexpr int kKBytes = kPositions * kKRow;
   static constexpr int kVBytes = kPositions * kVRow;
@@ -311,10 +318,10 @@ __device__ __forceinline__ void DecodeValuePair(const uint8_t* vdata0, const uin
 // 128-byte lines (one L2 request each) rather than a sector of 16 different lines. Block sizes are
 // powers of two (PoolSpec), so a slot is a mask.
 template <int kHeadDim, int kVBits, bool kSparse, int kKvHeads, int kPositionsN = kChunk / kKvHeads,
-          int kDepth = kStages>
+          int kDepth = kStages, bool kPairedHeads = false>
 class ChunkStream {
  public:
-  using St = Stage<kHeadDim, kVBits, kKvHeads, kPositionsN>;
+  using St = Stage<kHeadDim, kVBits, kKvHeads, kPositionsN, kPairedHeads>;
   static constexpr int kThreads = kWarps * 32;
   static constexpr int kPositions = St::kPositions;
   static constexpr int kMetaSlots = kDepth + 1;
@@ -449,7 +456,7 @@ class ChunkStream {
   // zeros.
   __device__ void Issue(int stage) const {
     uint8_t* st = smem_ + stage * St::kBytes;
-    CopyRows<16, St::kKRow, St::kKSwizzle>(st, MetaRows(stage, 0));
+    CopyRows<16, St::kKRow, St::kKSwizzle, St::kKOddFlip>(st, MetaRows(stage, 0));
     CopyRows<PieceOf(St::kVRow), St::kVRow, 0>(st + St::kKBytes, MetaRows(stage, 1));
     CopyRows<PieceOf(St::kSRow), St::kSRow, 0>(st + St::kKBytes + St::kVBytes, MetaRows(stage, 2));
   }
@@ -463,9 +470,9 @@ class ChunkStream {
   // pieces of each row permuted as PermutedRowByte says (16-byte pieces). Thread t copies piece
   // t % kPieces of positions t / kPieces + r · kPerPass, so all but the row address is fixed per
   // thread.
-  template <int kPiece, int kBytes, int kSwizzle>
+  template <int kPiece, int kBytes, int kSwizzle, int kOddFlip = 0>
   __device__ __forceinline__ void CopyRows(uint8_t* dst, const uintptr_t* rows) const {
-    static_assert(kSwizzle == 0 || kPiece == 16);
+    static_assert((kSwizzle == 0 && kOddFlip == 0) || kPiece == 16);
     constexpr int kPieces = kBytes / kPiece;
     static_assert(kBytes % kPiece == 0 && kPieces <= kThreads);
     constexpr int kPerPass = kThreads / kPieces;  // positions per pass
@@ -478,9 +485,9 @@ class ChunkStream {
       if (kPositions % kPerPass != 0 && i >= kPositions) break;
       const uintptr_t row = rows[i];
       const uint32_t masked = static_cast<uint32_t>(row) & 1u;
-      cp_async::CopyOrZero<kPiece>(dst + PermutedRowByte<kBytes, kSwizzle>(0, i, piece_offset),
-                                   reinterpret_cast<const uint8_t*>(row) + (piece_offset - masked),
-                                   masked == 0);
+      cp_async::CopyOrZero<kPiece>(
+          dst + PermutedRowByte<kBytes, kSwizzle, kOddFlip>(0, i, piece_offset),
+          reinterpret_cast<const uint8_t*>(row) + (piece_offset - masked), masked == 0);
     }
   }
 
@@ -508,14 +515,22 @@ class ChunkStream {
 // 1 took 15.2-15.5 us; with it known and two elements a thread 11.9-12.0, at batch 128 125-126 ->
 // 118.5-119.7, dense decode at batch 1 62.5-62.9 -> 61.5-62.1; four elements a thread from rows
 // whose acc is 16-byte aligned, 128 heads at batch 128 116.2-117.3.)
-template <int kHeadDim, int kRows, int kWarpsPerSet, class Emit>
+//
+// Paired heads (HeadsAsColumnsKernel's kPairedHeads): each row holds the accumulators of two cache
+// heads of kHeadDim / 2 side by side, and local q head c's own are the half c / heads_per_half
+// (the first heads_per_half q heads read the first cache head): only that half is merged, and
+// emit gets e as an element of the q head's kHeadDim / 2.
+template <int kHeadDim, int kRows, int kWarpsPerSet, bool kPairedHeads, class Emit>
 __device__ __forceinline__ void MergeWarpsOf(const float* merge, int heads, int first_local,
-                                             Emit&& emit) {
+                                             int heads_per_half, Emit&& emit) {
   constexpr int kRow = kRowFloats<kHeadDim>;
   constexpr int kThreads = kWarps * 32;  // every parts kernel's block
-  constexpr int kQuads = kHeadDim / 4;
+  constexpr int kOut = kPairedHeads ? kHeadDim / 2 : kHeadDim;  // a q head's elements
+  constexpr int kQuads = kOut / 4;
   for (int i = threadIdx.x; i < heads * kQuads; i += kThreads) {
     const int e = 4 * (i % kQuads), row = (i / kQuads) % kRows, set = i / (kQuads * kRows);
+    const int local = first_local + set * kRows + row;
+    const int at = kPairedHeads ? local / heads_per_half * kOut + e : e;  // in the row's acc
     const float* w0 = merge + (set * kWarpsPerSet * kRows + row) * kRow;  // the set's 1st warp
     float2 part_ms[kWarpsPerSet];
     float4 part_acc[kWarpsPerSet];
@@ -523,7 +538,7 @@ __device__ __forceinline__ void MergeWarpsOf(const float* merge, int heads, int 
     for (int w = 0; w < kWarpsPerSet; ++w) {
       const float* part = w0 + w * kRows * kRow;
       part_ms[w] = *reinterpret_cast<const float2*>(part);
-      part_acc[w] = *reinterpret_cast<const float4*>(part + kAccOffset + e);
+      part_acc[w] = *reinterpret_cast<const float4*>(part + kAccOffset + at);
     }
     float max_m = part_ms[0].x;
 #pragma unroll
@@ -541,7 +556,7 @@ __device__ __forceinline__ void MergeWarpsOf(const float* merge, int heads, int 
       o.z += scale * part_acc[w].z;
       o.w += scale * part_acc[w].w;
     }
-    emit(first_local + set * kRows + row, e, max_m, sum, o);
+    emit(local, e, max_m, sum, o);
   }
 }
 
@@ -553,32 +568,35 @@ __device__ __forceinline__ int RealHeads(int sets, int rows, int first_local, in
 
 // MergeWarpsOf for sets of `warps_per_set` warps (1, 2 or 4: the CTA's warps over its head tiles)
 // and the CTA's real heads among `sets` sets of kRows.
-template <int kHeadDim, int kRows, class Emit>
+template <int kHeadDim, int kRows, bool kPairedHeads, class Emit>
 __device__ __forceinline__ void MergeWarps(const float* merge, int sets, int warps_per_set,
-                                           int first_local, int group, Emit&& emit) {
+                                           int first_local, int group, int heads_per_half,
+                                           Emit&& emit) {
   static_assert(kWarps == 4, "a set is 1, 2 or 4 warps");
   const int heads = RealHeads(sets, kRows, first_local, group);
   if (warps_per_set == 4) {
-    MergeWarpsOf<kHeadDim, kRows, 4>(merge, heads, first_local, emit);
+    MergeWarpsOf<kHeadDim, kRows, 4, kPairedHeads>(merge, heads, first_local, heads_per_half, emit);
   } else if (warps_per_set == 2) {
-    MergeWarpsOf<kHeadDim, kRows, 2>(merge, heads, first_local, emit);
+    MergeWarpsOf<kHeadDim, kRows, 2, kPairedHeads>(merge, heads, first_local, heads_per_half, emit);
   } else {
-    MergeWarpsOf<kHeadDim, kRows, 1>(merge, heads, first_local, emit);
+    MergeWarpsOf<kHeadDim, kRows, 1, kPairedHeads>(merge, heads, first_local, heads_per_half, emit);
   }
 }
 
-// One part per q head of the merged warps: parts[q head][split] = (max, sum, acc[D]).
-template <int kHeadDim, int kRows>
+// One part per q head of the merged warps: parts[q head][split] = (max, sum, acc[D]), D the q
+// head's dims (kHeadDim / 2 for paired heads, MergeWarpsOf).
+template <int kHeadDim, int kRows, bool kPairedHeads = false>
 __device__ void WriteParts(const float* merge, int sets, int warps_per_set, int first_local,
-                           int group, float* parts, int64_t first_q_head, int parts_n, int split) {
-  MergeWarps<kHeadDim, kRows>(merge, sets, warps_per_set, first_local, group,
-                              [&](int local, int e, float max_m, float sum, float4 o) {
-                                float* out = parts + ((first_q_head + local) * parts_n + split) *
-                                                         kRowFloats<kHeadDim>;
-                                if (e == 0)
-                                  *reinterpret_cast<float2*>(out) = make_float2(max_m, sum);
-                                *reinterpret_cast<float4*>(out + kAccOffset + e) = o;
-                              });
+                           int group, float* parts, int64_t first_q_head, int parts_n, int split,
+                           int heads_per_half = 1) {
+  constexpr int kOut = kPairedHeads ? kHeadDim / 2 : kHeadDim;
+  MergeWarps<kHeadDim, kRows, kPairedHeads>(
+      merge, sets, warps_per_set, first_local, group, heads_per_half,
+      [&](int local, int e, float max_m, float sum, float4 o) {
+        float* out = parts + ((first_q_head + local) * parts_n + split) * kRowFloats<kOut>;
+        if (e == 0) *reinterpret_cast<float2*>(out) = make_float2(max_m, sum);
+        *reinterpret_cast<float4*>(out + kAccOffset + e) = o;
+      });
 }
 
 // The output of a q head from its merged sum and accumulator element (rotated domain): the
@@ -649,19 +667,21 @@ __device__ void RotateBackAndWrite(const float* x, int heads, const AttentionPar
 // warps and heads): each head's (max, sum, acc) normalized into x ([head - first_local][D], in
 // shared memory past the merge rows), then rotated back and written to p.out. Q heads
 // first_q_head + first_local, ...: the CTA's heads that exist.
-template <int kHeadDim, int kRows>
+template <int kHeadDim, int kRows, bool kPairedHeads = false>
 __device__ void WriteOutputs(const float* merge, int sets, int warps_per_set, int first_local,
-                             int group, float* x, const AttentionParams& p, int64_t first_q_head) {
-  MergeWarps<kHeadDim, kRows>(
-      merge, sets, warps_per_set, first_local, group,
+                             int group, float* x, const AttentionParams& p, int64_t first_q_head,
+                             int heads_per_half = 1) {
+  constexpr int kOut = kPairedHeads ? kHeadDim / 2 : kHeadDim;
+  MergeWarps<kHeadDim, kRows, kPairedHeads>(
+      merge, sets, warps_per_set, first_local, group, heads_per_half,
       [&](int local, int e, float, float sum, float4 o) {
         const float4 y = {Normalized(o.x, sum, p), Normalized(o.y, sum, p), Normalized(o.z, sum, p),
                           Normalized(o.w, sum, p)};
-        *reinterpret_cast<float4*>(x + (local - first_local) * kHeadDim + e) = y;
+        *reinterpret_cast<float4*>(x + (local - first_local) * kOut + e) = y;
       });
   __syncthreads();
   const int heads = RealHeads(sets, kRows, first_local, group);
-  RotateBackAndWrite<kHeadDim>(x, heads, p, first_q_head + first_local);
+  RotateBackAndWrite<kOut>(x, heads, p, first_q_head + first_local);
 }
 
 }  // namespace kvp::attention

@@ -85,6 +85,11 @@ TEST_F(CudaKernelsTest, PagedDecodeMatchesTheReference) {
       {128, 2, 16, 64, KvFormat::kTurbo3, 100},
       {256, 2, 16, 16, KvFormat::kTurbo4, 0},
       {64, 1, 8, 64, KvFormat::kTurbo3, 0},
+      // head_dim 64, an even number of kv heads of at most 4 q heads: kv heads paired as one of 128
+      // dims (4 q heads each; 3, with an odd number of pairs; 1, without the rotation).
+      {64, 8, 32, 64, KvFormat::kTurbo3, 300},
+      {64, 6, 18, 16, KvFormat::kTurbo4, 0},
+      {64, 2, 2, 32, KvFormat::kTurbo3, 0, false},
       // Several head tiles a kv head: CTAs that decode each chunk once for all of them.
       {64, 1, 64, 16, KvFormat::kTurbo2, 0},
       {256, 1, 64, 32, KvFormat::kTurbo4, 0},
@@ -123,20 +128,25 @@ TEST_F(CudaKernelsTest, PagedDecodeMatchesTheReference) {
 
 // A batch of kv heads large enough to fill the GPU several times over is not split along the
 // positions: each CTA is its heads' only part and writes their outputs itself, without the
-// combining kernel (4 q heads a kv head, as columns; 128, as rows of CTAs decoding once), or
-// leaves one part a head to it (12, as rows: CTAs of four chunks or more, which keep the queries in
-// shared memory).
+// combining kernel (4 q heads a kv head, as columns, also of paired kv heads of 64 dims; 128, as
+// rows of CTAs decoding once), or leaves one part a head to it (12, as rows: CTAs of four chunks or
+// more, which keep the queries in shared memory).
 TEST_F(CudaKernelsTest, PagedDecodeOfAWholeGpuBatchMatchesTheReference) {
-  for (const auto& [q_heads, kv_heads] : {std::pair{32, 8}, std::pair{128, 1}, std::pair{96, 8}}) {
-    PoolSpec spec;  // head_dim 128, block 64, turbo3
+  struct Case {
+    int q_heads, kv_heads, head_dim;
+  };
+  for (const auto& [q_heads, kv_heads, head_dim] :
+       {Case{32, 8, 128}, Case{128, 1, 128}, Case{96, 8, 128}, Case{32, 8, 64}}) {
+    PoolSpec spec;  // block 64, turbo3
     spec.num_kv_heads = kv_heads;
+    spec.head_dim = head_dim;
     const int n = 320;
     std::vector<int32_t> lens(n);
     std::uniform_int_distribution<int32_t> len(1, 300);
     for (int32_t& l : lens) l = len(rng_);
     TestPool pool(spec, n * 5 + 10);
     pool.FillSequences(rng_, lens);
-    const auto q = RandomBf16(rng_, size_t(n) * q_heads * 128, 2.0f);
+    const auto q = RandomBf16(rng_, size_t(n) * q_heads * head_dim, 2.0f);
     std::vector<float> want(q.size(), kNan);
     PagedDecodeParams ref{HostAttention(pool, q, want, q_heads, 0.0f), 0};
     ASSERT_TRUE(PagedDecodeRef(ref).ok());
@@ -146,46 +156,50 @@ TEST_F(CudaKernelsTest, PagedDecodeOfAWholeGpuBatchMatchesTheReference) {
     PagedDecodeParams dev{DeviceAttention(ref.attn, pool, dp, dq, dout), 0};
     ASSERT_TRUE(PagedDecodeCuda(dev, ws, nullptr).ok());
     ExpectClose(Down<float>(dout, q.size()), want, 3e-3,
-                "320 sequences, q_heads " + std::to_string(q_heads));
+                "320 sequences, q_heads " + std::to_string(q_heads) + " head_dim " +
+                    std::to_string(head_dim));
   }
 }
 
-// Checked for 4 q heads a kv head (heads as columns), 32 and 128 (heads as rows of CTAs decoding
-// once: S from ldmatrix and mma, and from wgmma).
+// Checked for 4 q heads a kv head (heads as columns, also of paired kv heads of 64 dims), 32 and
+// 128 (heads as rows of CTAs decoding once: S from ldmatrix and mma, and from wgmma).
 TEST_F(CudaKernelsTest, SparseVThresholdStaysWithinItsBound) {
-  PoolSpec spec;
-  spec.num_kv_heads = 2;
-  TestPool pool(spec, 300);
-  pool.FillSequences(rng_, {8000, 3000});
-  DevicePool dp(pool);
-  CudaWorkspace ws;
-  for (int q_heads : {8, 64, 256}) {
-    const auto q = RandomBf16(rng_, 2 * q_heads * 128, 3.0f);  // peaked attention
-    DeviceBuffer dq = Up(q), dense_out = Up(std::vector<float>(q.size(), kNan));
-    std::vector<float> host_out(q.size());
-    PagedDecodeParams dense{
-        DeviceAttention(HostAttention(pool, q, host_out, q_heads, 0.0f), pool, dp, dq, dense_out),
-        0};
-    ASSERT_TRUE(PagedDecodeCuda(dense, ws, nullptr).ok());
-    const auto o = Down<float>(dense_out, q.size());
-    for (float tau : {1e-6f, 1e-3f, 1e-2f}) {
-      DeviceBuffer out = Up(std::vector<float>(q.size(), kNan));
-      PagedDecodeParams sparse = dense;
-      sparse.attn.out = out.get<float>();
-      sparse.attn.sparse_v_threshold = tau;
-      ASSERT_TRUE(PagedDecodeCuda(sparse, ws, nullptr).ok());
-      const auto o_tau = Down<float>(out, q.size());
-      // ‖o_τ - o‖ <= n · τ · max‖v̂‖ with n the sequence length (every skip is one of them).
-      for (int s = 0; s < 2; ++s) {
-        for (int h = 0; h < q_heads; ++h) {
-          double diff = 0;
-          for (int e = 0; e < 128; ++e) {
-            const size_t i = (size_t(s) * q_heads + h) * 128 + e;
-            diff += std::pow(double(o_tau[i]) - o[i], 2);
+  for (int head_dim : {128, 64}) {
+    PoolSpec spec;
+    spec.num_kv_heads = 2;
+    spec.head_dim = head_dim;
+    TestPool pool(spec, 300);
+    pool.FillSequences(rng_, {8000, 3000});
+    DevicePool dp(pool);
+    CudaWorkspace ws;
+    for (int q_heads : head_dim == 128 ? std::vector<int>{8, 64, 256} : std::vector<int>{8}) {
+      const auto q = RandomBf16(rng_, 2 * q_heads * head_dim, 3.0f);  // peaked attention
+      DeviceBuffer dq = Up(q), dense_out = Up(std::vector<float>(q.size(), kNan));
+      std::vector<float> host_out(q.size());
+      PagedDecodeParams dense{
+          DeviceAttention(HostAttention(pool, q, host_out, q_heads, 0.0f), pool, dp, dq, dense_out),
+          0};
+      ASSERT_TRUE(PagedDecodeCuda(dense, ws, nullptr).ok());
+      const auto o = Down<float>(dense_out, q.size());
+      for (float tau : {1e-6f, 1e-3f, 1e-2f}) {
+        DeviceBuffer out = Up(std::vector<float>(q.size(), kNan));
+        PagedDecodeParams sparse = dense;
+        sparse.attn.out = out.get<float>();
+        sparse.attn.sparse_v_threshold = tau;
+        ASSERT_TRUE(PagedDecodeCuda(sparse, ws, nullptr).ok());
+        const auto o_tau = Down<float>(out, q.size());
+        // ‖o_τ - o‖ <= n · τ · max‖v̂‖ with n the sequence length (every skip is one of them).
+        for (int s = 0; s < 2; ++s) {
+          for (int h = 0; h < q_heads; ++h) {
+            double diff = 0;
+            for (int e = 0; e < head_dim; ++e) {
+              const size_t i = (size_t(s) * q_heads + h) * head_dim + e;
+              diff += std::pow(double(o_tau[i]) - o[i], 2);
+            }
+            const double max_v_norm = 4.0 * std::sqrt(double(head_dim));  // |v| <= ~4 sigma each
+            EXPECT_LE(std::sqrt(diff), pool.seq_lens()[s] * tau * max_v_norm + 1e-3)
+                << tau << " q_heads " << q_heads << " head_dim " << head_dim;
           }
-          const double max_v_norm = 4.0 * std::sqrt(128.0);  // |v| <= ~4 sigma per element
-          EXPECT_LE(std::sqrt(diff), pool.seq_lens()[s] * tau * max_v_norm + 1e-3)
-              << tau << " q_heads " << q_heads;
         }
       }
     }
@@ -215,22 +229,26 @@ TEST_F(CudaKernelsTest, SparseDecodeMatchesTheReference) {
     int q_heads, kv_heads;
     KvFormat v_format;
     std::vector<int32_t> lens;
+    int head_dim = 128;
   };
   std::vector<int32_t> many(32);
   std::uniform_int_distribution<int32_t> len(1, 4000);
   for (int32_t& l : many) l = len(rng_);
   // 64/4 heads over 32 sequences: CTAs of eight chunks, queries in shared memory (alone, the
-  // first sequence's CTAs take one chunk each and keep them in registers).
+  // first sequence's CTAs take one chunk each and keep them in registers). head_dim 64: kv heads
+  // paired as one of 128 dims.
   const Case cases[] = {{32, 8, KvFormat::kTurbo3, {5000, 700, 3000, 64}},
                         {128, 1, KvFormat::kTurbo4, {5000, 700, 3000, 64}},
                         {32, 8, KvFormat::kTurbo3, many},
-                        {64, 4, KvFormat::kTurbo2, many}};
+                        {64, 4, KvFormat::kTurbo2, many},
+                        {32, 8, KvFormat::kTurbo3, {5000, 700, 3000, 64}, 64}};
   CudaWorkspace ws;
   for (const Case& c : cases) {
-    const std::string what =
-        std::to_string(c.lens.size()) + " sequences, q_heads " + std::to_string(c.q_heads);
+    const std::string what = std::to_string(c.lens.size()) + " sequences, q_heads " +
+                             std::to_string(c.q_heads) + " head_dim " + std::to_string(c.head_dim);
     PoolSpec spec;
     spec.num_kv_heads = c.kv_heads;
+    spec.head_dim = c.head_dim;
     spec.v_format = c.v_format;
     int64_t blocks = 10;
     for (int32_t l : c.lens) blocks += BlocksForTokens(l, spec.block_size);
@@ -238,7 +256,7 @@ TEST_F(CudaKernelsTest, SparseDecodeMatchesTheReference) {
     pool.FillSequences(rng_, c.lens);
     const int n = static_cast<int>(c.lens.size()), topk = 2048;
     const std::vector<int32_t> indices = RandomTopkRows(pool, topk, rng_);
-    const auto q = RandomBf16(rng_, size_t(n) * c.q_heads * 128, 2.0f);
+    const auto q = RandomBf16(rng_, size_t(n) * c.q_heads * c.head_dim, 2.0f);
     std::vector<float> want(q.size(), kNan);
     SparseDecodeParams ref{HostAttention(pool, q, want, c.q_heads, 0.0f), indices.data(), topk};
     ASSERT_TRUE(SparseDecodeRef(ref).ok());
@@ -248,7 +266,7 @@ TEST_F(CudaKernelsTest, SparseDecodeMatchesTheReference) {
     ASSERT_TRUE(SparseDecodeCuda(dev, ws, nullptr).ok());
     ExpectClose(Down<float>(dout, q.size()), want, 3e-3, what);
     // The first sequence alone: a launch too small to fill the GPU, planned differently.
-    const size_t heads = size_t(c.q_heads) * 128;
+    const size_t heads = size_t(c.q_heads) * c.head_dim;
     DeviceBuffer dout1 = Up(std::vector<float>(heads, kNan));
     SparseDecodeParams one = dev;
     one.attn.num_seqs = 1;
