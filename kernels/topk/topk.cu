@@ -196,8 +196,7 @@ struct SearchState {
   uint32_t prefix, mask, k_rem;
   uint32_t digit[kPasses];  // the bin each pass chose
   uint32_t candidates;      // how many of the row's keys the next pass counts
-  // Resolved from the candidate list: keys of the CTAs before this one above the k-th / equal to
-  // it.
+  // Resolved from the lists: keys of the CTAs before this one above the k-th, and equal to it.
   uint32_t list_gt_before, list_eq_before;
   int take_all;  // fewer valid keys than k: take them all
   int done;      // the last bin chosen holds exactly the keys still needed: take it whole
