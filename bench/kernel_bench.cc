@@ -23,20 +23,16 @@
 #include "kernels/topk/topk_launch.h"
 #include "kvpool/format/indexer_quant.h"
 #include "kvpool/format/kv_format_names.h"
+#include "tests/testing/test_data.h"
 
 namespace kvp::bench {
 namespace {
 
+using testing::RandomBf16;
+
 constexpr int kIndexTokens = 163840;
 
 void Progress(const std::string& what) { std::fprintf(stderr, "kernels: %s\n", what.c_str()); }
-
-std::vector<Bf16> RandomBf16(std::mt19937_64& rng, size_t n, float stddev) {
-  std::normal_distribution<float> normal(0.0f, stddev);
-  std::vector<Bf16> out(n);
-  for (Bf16& x : out) x = Bf16FromFloat(normal(rng));
-  return out;
-}
 
 PoolSpec DecodeSpec(KvFormat v, bool indexer, int kv_heads = 8) {
   PoolSpec spec;
@@ -93,17 +89,6 @@ std::vector<std::pair<std::string, double>> TopkSearchNotes(const std::vector<fl
     third_pass += search.passes == 3;
   }
   return {{"list_rows", list}, {"third_pass_rows", third_pass}};
-}
-
-// Raises the (k+1)-th largest of n scores to the k-th largest.
-void TieAtTheBoundary(float* scores, int n, int k) {
-  std::vector<int> order(n);
-  std::iota(order.begin(), order.end(), 0);
-  std::nth_element(order.begin(), order.begin() + k, order.end(),
-                   [&](int a, int b) { return scores[a] > scores[b]; });
-  float kth = scores[order[0]];
-  for (int i = 1; i < k; ++i) kth = std::min(kth, scores[order[i]]);
-  scores[order[k]] = kth;
 }
 
 double KvBytesPerToken(const PoolSpec& s) {
@@ -304,7 +289,7 @@ class Bench {
     // The same rows with the (k+1)-th largest score raised to the k-th: a tie at the boundary, so
     // no row is decided by two histogram passes alone.
     std::vector<float> tied_logits = host_logits;
-    for (int s = 0; s < copies; ++s) TieAtTheBoundary(&tied_logits[size_t(s) * ctx], ctx, 2048);
+    testing::TieAtTheKth(tied_logits, ctx, 2048);
     ASSIGN_OR_RETURN(DeviceBuffer tied, ToDevice(tied_logits));
     // Top-k of row s of `scores` into the indices of copy s.
     auto topk_row = [&](const DeviceBuffer& scores, int s, int k) {

@@ -8,13 +8,6 @@
 
 namespace kvp::testing {
 
-std::vector<Bf16> RandomBf16(std::mt19937_64& rng, size_t n, float stddev) {
-  std::normal_distribution<float> normal(0.0f, stddev);
-  std::vector<Bf16> out(n);
-  for (Bf16& x : out) x = Bf16FromFloat(normal(rng));
-  return out;
-}
-
 TestPool::TestPool(const PoolSpec& spec, int64_t num_blocks)
     : layout_(BlockLayout::Create(spec).value()),
       num_blocks_(num_blocks),

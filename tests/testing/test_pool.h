@@ -10,13 +10,11 @@
 #include "kernels/cache_write/cache_write_ref.h"
 #include "kvpool/format/bf16.h"
 #include "kvpool/layout/block_layout.h"
+#include "tests/testing/test_data.h"
 
 namespace kvp::testing {
 
 inline constexpr uint8_t kUnusedByte = 0xFF;
-
-// Normal(0, stddev) values rounded to bf16.
-std::vector<Bf16> RandomBf16(std::mt19937_64& rng, size_t n, float stddev = 1.0f);
 
 class TestPool {
  public:

@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <functional>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -28,6 +27,7 @@ namespace {
 
 using testing::RandomBf16;
 using testing::TestPool;
+using testing::TieAtTheKth;
 
 std::vector<uint16_t> Bits(const std::vector<Bf16>& x) {
   std::vector<uint16_t> b(x.size());
@@ -338,18 +338,6 @@ TEST_F(CudaKernelsTest, TopkEqualsTheReferenceElementForElement) {
   const int odd = stride - 3;
   ExpectTopkEqualsReference(std::vector<float>(scores.begin(), scores.begin() + 4 * odd),
                             {odd, odd - 1, 2047, odd - 5000}, odd, 2048, "odd stride", ws);
-}
-
-// Raises the (k+1)-th largest score of each row to the k-th: a tie at the boundary.
-void TieAtTheKth(std::vector<float>& scores, int stride, int k) {
-  for (size_t row = 0; row < scores.size() / stride; ++row) {
-    float* x = scores.data() + row * stride;
-    std::vector<float> sorted(x, x + stride);
-    std::nth_element(sorted.begin(), sorted.begin() + k, sorted.end(), std::greater<float>());
-    const float next = sorted[k];
-    const float kth = *std::min_element(sorted.begin(), sorted.begin() + k);
-    *std::find(x, x + stride, next) = kth;
-  }
 }
 
 // The three ways the search decides a row (what the bench reports next to each top-k time), each
