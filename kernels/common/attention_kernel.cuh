@@ -154,6 +154,9 @@ enum class HeadLayout {
   kRowsSharedQueries,
   kRowsDecodedOnce
 };
+constexpr bool IsColumns(HeadLayout layout) {
+  return layout == HeadLayout::kColumns || layout == HeadLayout::kColumnsPairedHeads;
+}
 
 // Whether p's kv heads run paired (HeadsAsColumnsKernel's kPairedHeads): head_dim 64, an even
 // count, at most 4 q heads each, and each row of the cache's sections a pair's head of 128 dims
@@ -190,9 +193,7 @@ struct PartsKernel {
   int chunk_positions = 0;  // positions of a staged chunk
   int resident = 0;         // CTAs per SM
   cudaError_t setup = cudaSuccess;
-  bool columns() const {
-    return layout == HeadLayout::kColumns || layout == HeadLayout::kColumnsPairedHeads;
-  }
+  bool columns() const { return IsColumns(layout); }
   // Whether a CTA that is its heads' only part writes their outputs (the plain heads-as-rows
   // kernel's shared memory holds no room for them).
   bool finishes_single_parts() const { return columns() || layout == HeadLayout::kRowsDecodedOnce; }
@@ -204,8 +205,7 @@ struct PartsKernel {
 
 template <int kHeadDim, int kVBits, bool kSparse, HeadLayout kLayout, int kKvHeads>
 const PartsKernel& PartsKernelFor() {
-  constexpr bool kColumns =
-      kLayout == HeadLayout::kColumns || kLayout == HeadLayout::kColumnsPairedHeads;
+  constexpr bool kColumns = IsColumns(kLayout);
   static_assert(kColumns || kKvHeads == 1);
   static const PartsKernel k = [] {
     PartsKernel k;
