@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kWarps * 32, kHeadDim >= 256 ? 3 : 4)
   // paired heads: k-steps s and s + 4 take dims t·16 + 4s .. + 3 of the column's own 64 (only its
   // own half's products are kept), one fragment for both. Loaded here, converted once the first
   // chunks' copies are issued.
-  constexpr int kQDim = kPairedHeads ? kHeadDim / 2 : kHeadDim;  // a q head's dims in p.q
+  constexpr int kQDim = kQHeadDim<kHeadDim, kPairedHeads>;  // a q head's dims in p.q
   constexpr int kQSteps = kPairedHeads ? kSteps / 2 : kSteps;
   const int heads_per_half = kPairedHeads ? group / 2 : group;
   uint2 q_loaded[kQSteps];

@@ -504,6 +504,11 @@ class ChunkStream {
   int chunk_begin_ = 0, chunk_end_ = 0;
 };
 
+// The dims of one q head in a kernel of kHeadDim: half of them when two cache heads run paired
+// (HeadsAsColumnsKernel's kPairedHeads), whose rows and accumulators hold both heads side by side.
+template <int kHeadDim, bool kPairedHeads>
+inline constexpr int kQHeadDim = kPairedHeads ? kHeadDim / 2 : kHeadDim;
+
 // Each warp has written its (max, sum, acc) rows for `kRows` heads into merge[warp][row]; the
 // kWarpsPerSet warps of a set (consecutive warps covering the same heads) are merged into one
 // (max, sum, acc) per head, handed four elements at a time to emit(local head, e, max, sum,
@@ -525,7 +530,7 @@ __device__ __forceinline__ void MergeWarpsOf(const float* merge, int heads, int 
                                              int heads_per_half, Emit&& emit) {
   constexpr int kRow = kRowFloats<kHeadDim>;
   constexpr int kThreads = kWarps * 32;  // every parts kernel's block
-  constexpr int kOut = kPairedHeads ? kHeadDim / 2 : kHeadDim;  // a q head's elements
+  constexpr int kOut = kQHeadDim<kHeadDim, kPairedHeads>;
   constexpr int kQuads = kOut / 4;
   for (int i = threadIdx.x; i < heads * kQuads; i += kThreads) {
     const int e = 4 * (i % kQuads), row = (i / kQuads) % kRows, set = i / (kQuads * kRows);
@@ -589,7 +594,7 @@ template <int kHeadDim, int kRows, bool kPairedHeads = false>
 __device__ void WriteParts(const float* merge, int sets, int warps_per_set, int first_local,
                            int group, float* parts, int64_t first_q_head, int parts_n, int split,
                            int heads_per_half = 1) {
-  constexpr int kOut = kPairedHeads ? kHeadDim / 2 : kHeadDim;
+  constexpr int kOut = kQHeadDim<kHeadDim, kPairedHeads>;
   MergeWarps<kHeadDim, kRows, kPairedHeads>(
       merge, sets, warps_per_set, first_local, group, heads_per_half,
       [&](int local, int e, float max_m, float sum, float4 o) {
@@ -671,7 +676,7 @@ template <int kHeadDim, int kRows, bool kPairedHeads = false>
 __device__ void WriteOutputs(const float* merge, int sets, int warps_per_set, int first_local,
                              int group, float* x, const AttentionParams& p, int64_t first_q_head,
                              int heads_per_half = 1) {
-  constexpr int kOut = kPairedHeads ? kHeadDim / 2 : kHeadDim;
+  constexpr int kOut = kQHeadDim<kHeadDim, kPairedHeads>;
   MergeWarps<kHeadDim, kRows, kPairedHeads>(
       merge, sets, warps_per_set, first_local, group, heads_per_half,
       [&](int local, int e, float, float sum, float4 o) {
