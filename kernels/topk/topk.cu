@@ -63,6 +63,15 @@ constexpr int kListKeysPerThread = 4;
 __host__ __device__ constexpr uint32_t MaxListCandidates(int ctas_per_row) {
   return uint32_t(ctas_per_row) * (kElementsPerCta / 8);
 }
+// Whether the list pass, counting `candidates` of the row's keys, writes them to the lists.
+__host__ __device__ constexpr bool ListsCandidates(uint32_t candidates, int ctas_per_row) {
+  return candidates <= MaxListCandidates(ctas_per_row);
+}
+// Whether the k-th's bin after the list pass, of `bin_keys` keys, is resolved from the lists by
+// CTAs of `threads` threads (else the third pass takes it).
+__host__ __device__ constexpr bool ResolvesFromList(uint32_t bin_keys, int threads) {
+  return bin_keys <= uint32_t(kListKeysPerThread) * threads;
+}
 // CTAs of 512 threads (8 keys each, two CTAs an SM) when a launch's CTAs fit the GPU that way:
 // twice the warps of a 256-thread CTA to hide each warp's latency, which is what a batch of one
 // row waits on. Batches that need more CTAs than that take 256 threads (16 keys each, four an SM),
@@ -342,8 +351,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
   bool from_list = false;
   for (int pass = 0; pass < kPasses; ++pass) {
     const uint32_t prefix = s.prefix, mask = s.mask;
-    const bool list_pass =
-        pass == kListPass && s.candidates <= MaxListCandidates(layout.ctas_per_row);
+    const bool list_pass = pass == kListPass && ListsCandidates(s.candidates, layout.ctas_per_row);
     for (int b = threadIdx.x; b < kBins; b += kThreads) hist[b] = 0;
     __syncthreads();
     const uint32_t digit_mask = (1u << Width<kBins>(pass)) - 1u;
@@ -446,7 +454,7 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
     if (threadIdx.x == 0) s.passes = pass + 1;
     __syncthreads();
     if (s.take_all || s.done) break;  // the same for every CTA of the row: all leave together
-    if (list_pass && s.candidates <= uint32_t{kListKeysPerThread} * kThreads) {
+    if (list_pass && ResolvesFromList(s.candidates, kThreads)) {
       ResolveFromList<kThreads, kBins>(row_list, row_suffix, layout.ctas_per_row, cta, s);
       from_list = true;
       break;
@@ -589,8 +597,8 @@ TopkSearch Search(const float* scores, int32_t len, uint32_t k, int threads, int
     int b = kBins - 1;
     while (running + hist[b] < k_rem) running += hist[b--];
     if (hist[b] == k_rem - running) return {pass + 1, false};  // the bin taken whole
-    if (pass == kListPass && total <= MaxListCandidates(ctas_per_row) &&
-        hist[b] <= uint32_t{kListKeysPerThread} * threads)
+    if (pass == kListPass && ListsCandidates(total, ctas_per_row) &&
+        ResolvesFromList(hist[b], threads))
       return {pass + 1, true};
     prefix |= uint32_t(b) << Shift<kBins>(pass);
     mask |= digit_mask << Shift<kBins>(pass);
