@@ -331,12 +331,9 @@ class Bench {
           indices.get<int32_t>() + s * 2048, 2048};
       return SparseDecodeCuda(p, ws_, stream_);
     };
-    ASSIGN_OR_RETURN(Timing ts, TimeMedian(sparse, stream_));
-    report.rows.push_back({"sparse_decode",
-                           "batch=1 topk=2048 q/kv=32/8 d=128 fp8+turbo3",
-                           ts.median_us,
-                           2048.0 * KvBytesPerToken(spec),
-                           {}});
+    ASSIGN_OR_RETURN(KernelRow sparse_row,
+                     SparseDecodeBatch1Row(sparse, copies, 32, 8, 2048.0 * KvBytesPerToken(spec)));
+    report.rows.push_back(sparse_row);
 
     // One decode layer: indexer -> top-k -> sparse decode, alone after the L2 eviction, and alone
     // in a CUDA graph. A decode step runs its layers back to back, so also per layer of eight in a
@@ -370,6 +367,27 @@ class Bench {
     }
     report.rows.push_back(row);
     return absl::OkStatus();
+  }
+
+  // Sparse decode of one sequence, `run(i)` over input copy i % copies: alone after the L2
+  // eviction, and per layer of `copies` in a row as a decode step runs them (the copies read
+  // data of their own, none of it in L2; each launch's start overlaps the one before).
+  absl::StatusOr<KernelRow> SparseDecodeBatch1Row(const std::function<absl::Status(int)>& run,
+                                                  int copies, int q_heads, int kv_heads,
+                                                  double bytes) {
+    ASSIGN_OR_RETURN(Timing alone, TimeMedian(run, stream_));
+    ASSIGN_OR_RETURN(Timing step, TimeMedian(
+                                      [&](int) -> absl::Status {
+                                        for (int s = 0; s < copies; ++s) RETURN_IF_ERROR(run(s));
+                                        return absl::OkStatus();
+                                      },
+                                      stream_));
+    return KernelRow{
+        "sparse_decode",
+        absl::StrFormat("batch=1 topk=2048 q/kv=%d/%d d=128 fp8+turbo3", q_heads, kv_heads),
+        alone.median_us,
+        bytes,
+        {{"step_layer_us", step.median_us / copies}}};
   }
 
   // Times run(i) captured as CUDA graphs: one per variant i < variants (a graph bakes its pointers
@@ -495,13 +513,9 @@ class Bench {
                                 di.get<int32_t>() + s * 2048, 2048};
           return SparseDecodeCuda(p1, ws_, stream_);
         };
-        ASSIGN_OR_RETURN(Timing t1, TimeMedian(one, stream_));
-        report.rows.push_back(
-            {"sparse_decode",
-             absl::StrFormat("batch=1 topk=2048 q/kv=%d/%d d=128 fp8+turbo3", q_heads, kv),
-             t1.median_us,
-             2048 * KvBytesPerToken(spec),
-             {}});
+        ASSIGN_OR_RETURN(KernelRow row,
+                         SparseDecodeBatch1Row(one, 8, q_heads, kv, 2048 * KvBytesPerToken(spec)));
+        report.rows.push_back(row);
       }
     }
     return absl::OkStatus();
