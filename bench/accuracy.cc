@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "bench/fp8_math_attention.h"
 #include "kernels/cache_write/cache_write_ref.h"
 #include "kernels/paged_decode/paged_decode_ref.h"
 #include "kernels/synthetic/synthetic_fill.h"
@@ -51,6 +52,65 @@ Workload MakeWorkload(const AccuracyConfig& c) {
   return w;
 }
 
+// One layer's cache holding the workload's K/V in the given formats; sequence s owns blocks
+// [s · blocks_per_seq, (s + 1) · blocks_per_seq).
+struct FilledPool {
+  FilledPool(BlockLayout l, int blocks) : layout(std::move(l)), blocks_per_seq(blocks) {}
+
+  BlockLayout layout;
+  int blocks_per_seq;
+  std::vector<uint8_t> arena;
+  std::vector<int32_t> tables;
+  std::vector<int64_t> slots;  // of each token of the workload, in order
+
+  int64_t num_blocks() const { return static_cast<int64_t>(tables.size()); }
+  LayerCache Cache() { return layout.Layer(arena.data(), num_blocks(), 0); }
+
+  // Dense decode of every sequence's query over its whole context into `out`.
+  AttentionParams Attention(const AccuracyConfig& c, const Workload& w, float* out) {
+    AttentionParams a;
+    a.cache = Cache();
+    a.q = w.q.data();
+    a.block_tables = tables.data();
+    a.block_table_stride = blocks_per_seq;
+    a.seq_lens = w.seq_lens.data();
+    a.out = out;
+    a.num_seqs = c.num_seqs;
+    a.num_q_heads = c.num_q_heads;
+    a.softmax_scale = DefaultSoftmaxScale(c.head_dim);
+    return a;
+  }
+};
+
+absl::StatusOr<FilledPool> Fill(const AccuracyConfig& c, const Workload& w, KvFormat k_format,
+                                KvFormat v_format) {
+  PoolSpec spec;
+  spec.num_kv_heads = c.num_kv_heads;
+  spec.head_dim = c.head_dim;
+  spec.k_format = k_format;
+  spec.v_format = v_format;
+  ASSIGN_OR_RETURN(BlockLayout layout, BlockLayout::Create(spec));
+  FilledPool pool(std::move(layout), static_cast<int>(BlocksForTokens(c.context, spec.block_size)));
+  pool.tables.resize(int64_t{c.num_seqs} * pool.blocks_per_seq);
+  std::iota(pool.tables.begin(), pool.tables.end(), 0);
+  pool.arena.resize(pool.num_blocks() * pool.layout.block_stride());
+  pool.slots.resize(size_t{static_cast<size_t>(c.num_seqs)} * c.context);
+  for (int s = 0; s < c.num_seqs; ++s) {
+    for (int t = 0; t < c.context; ++t) {
+      pool.slots[size_t{static_cast<size_t>(s)} * c.context + t] = SlotOfPosition(
+          &pool.tables[size_t{static_cast<size_t>(s)} * pool.blocks_per_seq], t, spec.block_size);
+    }
+  }
+  CacheWriteParams write;
+  write.cache = pool.Cache();
+  write.k = w.k.data();
+  write.v = w.v.data();
+  write.slot_mapping = pool.slots.data();
+  write.num_tokens = static_cast<int64_t>(pool.slots.size());
+  RETURN_IF_ERROR(CacheWriteRef(write));
+  return pool;
+}
+
 struct DecodeResult {
   std::vector<float> out;
   double v_rel_mse = 0.0;
@@ -58,57 +118,22 @@ struct DecodeResult {
 
 absl::StatusOr<DecodeResult> Decode(const AccuracyConfig& c, const Workload& w, KvFormat k_format,
                                     KvFormat v_format) {
-  PoolSpec spec;
-  spec.num_kv_heads = c.num_kv_heads;
-  spec.head_dim = c.head_dim;
-  spec.k_format = k_format;
-  spec.v_format = v_format;
-  ASSIGN_OR_RETURN(const BlockLayout layout, BlockLayout::Create(spec));
-  const int blocks_per_seq = static_cast<int>(BlocksForTokens(c.context, spec.block_size));
-  const int64_t num_blocks = int64_t{c.num_seqs} * blocks_per_seq;
-  std::vector<uint8_t> arena(num_blocks * layout.block_stride());
-  const LayerCache cache = layout.Layer(arena.data(), num_blocks, 0);
-
-  std::vector<int32_t> tables(num_blocks);
-  std::iota(tables.begin(), tables.end(), 0);
-  std::vector<int64_t> slots(size_t{static_cast<size_t>(c.num_seqs)} * c.context);
-  for (int s = 0; s < c.num_seqs; ++s) {  // sequence s owns blocks [s · bps, (s+1) · bps)
-    for (int t = 0; t < c.context; ++t) {
-      slots[size_t{static_cast<size_t>(s)} * c.context + t] = SlotOfPosition(
-          &tables[size_t{static_cast<size_t>(s)} * blocks_per_seq], t, spec.block_size);
-    }
-  }
-  CacheWriteParams write;
-  write.cache = cache;
-  write.k = w.k.data();
-  write.v = w.v.data();
-  write.slot_mapping = slots.data();
-  write.num_tokens = static_cast<int64_t>(slots.size());
-  RETURN_IF_ERROR(CacheWriteRef(write));
-
+  ASSIGN_OR_RETURN(FilledPool pool, Fill(c, w, k_format, v_format));
   DecodeResult result;
   result.out.resize(w.q.size());
-  PagedDecodeParams p;
-  p.attn.cache = cache;
-  p.attn.q = w.q.data();
-  p.attn.block_tables = tables.data();
-  p.attn.block_table_stride = blocks_per_seq;
-  p.attn.seq_lens = w.seq_lens.data();
-  p.attn.out = result.out.data();
-  p.attn.num_seqs = c.num_seqs;
-  p.attn.num_q_heads = c.num_q_heads;
-  p.attn.softmax_scale = DefaultSoftmaxScale(c.head_dim);
-  RETURN_IF_ERROR(PagedDecodeRef(p));
+  RETURN_IF_ERROR(PagedDecodeRef(PagedDecodeParams{pool.Attention(c, w, result.out.data()), 0}));
 
   // Value reconstruction error, read back through the cache.
+  const LayerCache cache = pool.Cache();
   double err = 0.0, ref = 0.0;
   std::vector<float> back(c.head_dim);
-  for (int64_t t = 0; t < static_cast<int64_t>(slots.size()); t += 7) {
-    const int64_t slot = slots[t];
+  for (int64_t t = 0; t < static_cast<int64_t>(pool.slots.size()); t += 7) {
+    const int64_t slot = pool.slots[t];
+    const int64_t block = slot / cache.block_size;
+    const int in_block = static_cast<int>(slot % cache.block_size);
     for (int h = 0; h < c.num_kv_heads; ++h) {
-      DecodeHead(cache.v_codec, cache.VData(slot / spec.block_size, slot % spec.block_size, h),
-                 cache.VScale(slot / spec.block_size, slot % spec.block_size, h), c.head_dim,
-                 back.data());
+      DecodeHead(cache.v_codec, cache.VData(block, in_block, h), cache.VScale(block, in_block, h),
+                 c.head_dim, back.data());
       for (int e = 0; e < c.head_dim; ++e) {
         const double x = Bf16ToFloat(w.v[(t * c.num_kv_heads + h) * c.head_dim + e]);
         err += (back[e] - x) * (back[e] - x);
@@ -118,6 +143,38 @@ absl::StatusOr<DecodeResult> Decode(const AccuracyConfig& c, const Workload& w, 
   }
   result.v_rel_mse = err / ref;
   return result;
+}
+
+// ‖got − want‖ / ‖want‖ over all outputs.
+double RelL2(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0.0, ref = 0.0;
+  for (size_t i = 0; i < got.size(); ++i) {
+    err += (double{got[i]} - want[i]) * (double{got[i]} - want[i]);
+    ref += double{want[i]} * want[i];
+  }
+  return std::sqrt(err / ref);
+}
+
+// fp8_e4m3 K + turbo3 V decoded with the operands of Q·Kᵀ and P·V rounded to E4M3 in turn, then
+// all of them, against the reference's float math over the same cache and against bf16 K/V.
+absl::StatusOr<std::vector<Fp8MathRow>> Fp8MathRows(const AccuracyConfig& c, const Workload& w,
+                                                    const std::vector<float>& bf16_out) {
+  ASSIGN_OR_RETURN(FilledPool pool, Fill(c, w, KvFormat::kFp8E4m3, KvFormat::kTurbo3));
+  std::vector<float> float_math(w.q.size()), out(w.q.size());
+  RETURN_IF_ERROR(PagedDecodeRef(PagedDecodeParams{pool.Attention(c, w, float_math.data()), 0}));
+  const std::pair<const char*, Fp8Operands> variants[] = {
+      {"none", {}},
+      {"Q", {.q = true}},
+      {"P", {.p = true}},
+      {"V", {.v = true}},
+      {"Q, P, V", {.q = true, .p = true, .v = true}}};
+  std::vector<Fp8MathRow> rows;
+  for (const auto& [name, operands] : variants) {
+    std::fprintf(stderr, "accuracy: fp8_e4m3 + turbo3 with %s in E4M3\n", name);
+    RETURN_IF_ERROR(Fp8MathAttention(pool.Attention(c, w, out.data()), operands));
+    rows.push_back({name, RelL2(out, float_math), RelL2(out, bf16_out)});
+  }
+  return rows;
 }
 
 // Largest softmax weight of each query head, averaged: 1 = one-hot, 1/context = flat.
@@ -200,6 +257,7 @@ absl::StatusOr<AccuracyReport> RunAccuracy(const AccuracyConfig& config) {
     row.output_rel_l2_p99 = per_head[std::min(per_head.size() - 1, per_head.size() * 99 / 100)];
     report.rows.push_back(row);
   }
+  ASSIGN_OR_RETURN(report.fp8_math, Fp8MathRows(config, w, reference.out));
   return report;
 }
 
@@ -219,6 +277,14 @@ std::string AccuracyTable(const AccuracyReport& r) {
                               KvFormatName(row.k_format), KvFormatName(row.v_format),
                               row.bytes_per_token_head, row.compression_vs_bf16, row.output_rel_l2,
                               row.output_rel_l2_p99, row.min_cosine, row.v_rel_mse));
+  }
+  absl::StrAppend(&out,
+                  "\nfp8_e4m3 K + turbo3 V with operands of Q·Kᵀ and P·V rounded to E4M3 (FP8 "
+                  "tensor math)\n\n| in E4M3 | rel. L2 vs float math | rel. L2 vs bf16 K/V |\n"
+                  "| --- | ---: | ---: |\n");
+  for (const Fp8MathRow& row : r.fp8_math) {
+    absl::StrAppend(&out, absl::StrFormat("| %s | %.4f | %.4f |\n", row.operands,
+                                          row.rel_l2_vs_float_math, row.rel_l2_vs_bf16));
   }
   return out;
 }
@@ -243,6 +309,15 @@ std::string AccuracyJson(const AccuracyReport& r, const std::string& date,
                   KvFormatName(row.k_format), KvFormatName(row.v_format), row.bytes_per_token_head,
                   row.compression_vs_bf16, row.output_rel_l2, row.output_rel_l2_p99, row.min_cosine,
                   row.v_rel_mse, i + 1 < r.rows.size() ? "," : ""));
+  }
+  absl::StrAppend(&out, "  ],\n  \"fp8_math\": [\n");
+  for (size_t i = 0; i < r.fp8_math.size(); ++i) {
+    const Fp8MathRow& row = r.fp8_math[i];
+    absl::StrAppend(&out,
+                    absl::StrFormat("    {\"e4m3_operands\": \"%s\", \"rel_l2_vs_float_math\": "
+                                    "%.6g, \"rel_l2_vs_bf16\": %.6g}%s\n",
+                                    row.operands, row.rel_l2_vs_float_math, row.rel_l2_vs_bf16,
+                                    i + 1 < r.fp8_math.size() ? "," : ""));
   }
   absl::StrAppend(&out, "  ]\n}\n");
   return out;

@@ -31,13 +31,23 @@ struct AccuracyRow {
   double v_rel_mse;              // value reconstruction error Σ(v̂ - v)² / Σ v²
 };
 
+// fp8_e4m3 K + turbo3 V decoded with some operands of Q·Kᵀ and P·V rounded to E4M3, as FP8 tensor
+// math would take them (bench/fp8_math_attention.h).
+struct Fp8MathRow {
+  std::string operands;         // "none", "Q", "P", "V" or "Q, P, V"
+  double rel_l2_vs_float_math;  // against the reference's float math over the same cache
+  double rel_l2_vs_bf16;        // against bf16 K/V, as output_rel_l2
+};
+
 struct AccuracyReport {
   AccuracyConfig config;
   double mean_top_weight;  // average largest softmax weight: how peaked the attention is
   std::vector<AccuracyRow> rows;
+  std::vector<Fp8MathRow> fp8_math;
 };
 
-// Runs every K/V format pair through the reference dense decode. Prints progress to stderr.
+// Runs every K/V format pair through the reference dense decode, and fp8_e4m3 + turbo3 through
+// FP8 tensor math. Prints progress to stderr.
 absl::StatusOr<AccuracyReport> RunAccuracy(const AccuracyConfig& config);
 
 std::string AccuracyTable(const AccuracyReport& report);
