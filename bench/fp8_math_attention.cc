@@ -5,6 +5,9 @@
 #include <limits>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "kernels/common/attention_ref.h"
 #include "kvpool/format/e4m3.h"
 #include "kvpool/format/head_codec.h"
 
@@ -28,6 +31,7 @@ void RoundToE4m3(std::vector<float>& values, float scale) {
 }  // namespace
 
 absl::Status Fp8MathAttention(const AttentionParams& p, Fp8Operands operands) {
+  RETURN_IF_ERROR(ValidateAttentionParams(p));
   const LayerCache& c = p.cache;
   if (c.k_codec.format != KvFormat::kFp8E4m3 && operands.any()) {
     return absl::InvalidArgumentError("FP8 tensor math needs an fp8_e4m3 K cache");
@@ -42,6 +46,11 @@ absl::Status Fp8MathAttention(const AttentionParams& p, Fp8Operands operands) {
     for (int g = 0; g < c.num_kv_heads; ++g) {
       for (int i = 0; i < n; ++i) {
         const int32_t block = table[i / c.block_size];
+        if (!c.ValidBlock(block)) {
+          return absl::OutOfRangeError(absl::StrCat("block table of sequence ", seq,
+                                                    " names block ", block, "; the arena has ",
+                                                    c.num_blocks));
+        }
         const int slot = i % c.block_size;
         DecodeHead(c.k_codec, c.K(block, slot, g), nullptr, d, &keys[size_t(i) * d]);
         DecodeHeadStored(c.v_codec, c.VData(block, slot, g), c.VScale(block, slot, g), d,
