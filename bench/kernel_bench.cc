@@ -18,6 +18,7 @@
 #include "bench/gpu_pool.h"
 #include "bench/gpu_timer.h"
 #include "bench/launch_floor.h"
+#include "bench/read_floor.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/synthetic/synthetic_fill.h"
 #include "kernels/topk/topk_launch.h"
@@ -136,10 +137,11 @@ class Bench {
   // sections, or adding one, leaves the others' inputs as they were.
   void SeedFor(int section) { rng_.seed(20261130u + 7919u * static_cast<unsigned>(section)); }
 
+  // The targets' three shapes, each with the floor of its reads (`loads_only_us`).
   absl::Status DenseDecode(KernelReport& report) {
     const std::pair<int, int> shapes[] = {{32, 8192}, {8, 32768}, {1, 131072}};
     for (auto [batch, ctx] : shapes) {
-      ASSIGN_OR_RETURN(KernelRow row, DenseDecodeRow(batch, ctx, DenseShape{}));
+      ASSIGN_OR_RETURN(KernelRow row, DenseDecodeRow(batch, ctx, DenseShape{}, true));
       report.rows.push_back(row);
     }
     return absl::OkStatus();
@@ -153,7 +155,11 @@ class Bench {
     return absl::OkStatus();
   }
 
-  absl::StatusOr<KernelRow> DenseDecodeRow(int batch, int ctx, const DenseShape& shape) {
+  // With `read_floor`, also times loads alone of the same rows in the same order (read_floor.h),
+  // in 128 / batch splits a sequence: 512 CTAs of two kv heads at 8 kv heads, as the decode plans
+  // the targets' shapes.
+  absl::StatusOr<KernelRow> DenseDecodeRow(int batch, int ctx, const DenseShape& shape,
+                                           bool read_floor = false) {
     if (quick_) ctx /= 16;
     const std::string name = absl::StrFormat(
         "batch=%d ctx=%d q/kv=%d/%d d=%d fp8+%s block=%d", batch, ctx, shape.q_heads,
@@ -169,8 +175,21 @@ class Bench {
         Attention(pool, 0, batch, q.get<Bf16>(), out.get<float>(), shape.q_heads), 0};
     ASSIGN_OR_RETURN(Timing t,
                      TimeMedian([&](int) { return PagedDecodeCuda(p, ws_, stream_); }, stream_));
-    return KernelRow{
+    KernelRow row{
         "paged_decode", name, t.median_us, double(batch) * ctx * KvBytesPerToken(spec), {}};
+    if (read_floor) {
+      ASSIGN_OR_RETURN(DeviceBuffer sink, DeviceBuffer::Allocate(sizeof(uint32_t)));
+      const int splits = std::max(1, 128 / batch);
+      ASSIGN_OR_RETURN(Timing loads, TimeMedian(
+                                         [&](int) {
+                                           return LaunchDenseReadFloor(
+                                               pool.Layer(0), pool.table(0), pool.blocks_per_seq,
+                                               batch, splits, sink.get<uint32_t>(), stream_);
+                                         },
+                                         stream_));
+      row.extra.push_back({"loads_only_us", loads.median_us});
+    }
+    return row;
   }
 
   absl::Status SparseV(KernelReport& report) {

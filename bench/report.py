@@ -46,7 +46,7 @@ def main():
         notes = " ".join(f"{k}={v:.3g}" for k, v in r.items()
                          if k in ("skip_rate", "speedup_vs_tau0", "rel_l2_vs_tau0", "identical_to_dense",
                                   "cuda_graph_us", "step_layer_us", "step_layer_graph_us",
-                                  "list_rows", "third_pass_rows"))
+                                  "list_rows", "third_pass_rows", "loads_only_us"))
         torch_us = f"{r['torch_median_us']:.1f}" if "torch_median_us" in r else "-"
         speedup = f"{r['speedup_vs_torch']:.2f}x" if "speedup_vs_torch" in r else "-"
         rate = (f"{r['tbps']:.2f} | {100 * r['fraction_of_copy']:.0f}%" if r["bytes"] > 0
