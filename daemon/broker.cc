@@ -10,6 +10,7 @@
 #include "base/status_macros.h"
 #include "kvpool/format/kv_format_names.h"
 #include "protocol/activations_codec.h"
+#include "protocol/guard.h"
 #include "protocol/lists.h"
 #include "protocol/status_codec.h"
 
@@ -88,63 +89,69 @@ void Broker::Handle(const std::string& from, std::vector<zmq::message_t> frames,
     ReplyError(out, from, readable_id, parsed.status());
     return;
   }
-  const uint64_t id = (*parsed)->request_id();
-  const auto body = (*parsed)->envelope().getBody();
-  const auto which = body.which();
-  ++metrics_.requests[BodyName(which)];
+  const wire::Envelope::Reader envelope = (*parsed)->envelope();
+  const char* kind = BodyName(envelope.getBody().which());
+  ++metrics_.requests[kind];
+  absl::Status status = RunGuarded([&] { return Route(from, envelope, out); });
+  if (absl::IsInternal(status)) {
+    spdlog::error("{} from {} failed: {}", kind, from, status.ToString());
+  }
+  if (status.ok()) return;
+  // A client that names the epoch it last heard from learns why its sequence is unknown.
+  const uint64_t seen = envelope.getEpoch();
+  if (absl::IsNotFound(status) && seen != 0 && seen != options_.epoch) {
+    status = absl::NotFoundError(absl::StrCat(
+        status.message(), ": the kvpoold this client last heard from (epoch ", seen,
+        ") has restarted, and this one (epoch ", options_.epoch,
+        ") did not keep its sequences; prefill again"));
+  }
+  ReplyError(out, from, envelope.getRequestId(), status);
+}
+
+absl::Status Broker::Route(const std::string& from, wire::Envelope::Reader envelope,
+                           Outbox& out) {
+  const uint64_t id = envelope.getRequestId();
+  const auto body = envelope.getBody();
   using W = wire::Envelope::Body;
-  absl::Status status;
-  switch (which) {
+  switch (body.which()) {
     case W::PREFILL:
-      status = HandlePrefill(from, id, body.getPrefill(), out);
-      break;
+      return HandlePrefill(from, id, body.getPrefill(), out);
     case W::DECODE:
-      status = HandleDecode(from, id, body.getDecode(), out);
-      break;
+      return HandleDecode(from, id, body.getDecode(), out);
     case W::APPEND:
-      status = HandleAppend(from, id, body.getAppend(), out);
-      break;
+      return HandleAppend(from, id, body.getAppend(), out);
     case W::COMMIT:
-      status = HandleCommit(from, id, body.getCommit().getSequence(), true, out);
-      break;
+      return HandleCommit(from, id, body.getCommit().getSequence(), true, out);
     case W::ABORT:
-      status = HandleCommit(from, id, body.getAbort().getSequence(), false, out);
-      break;
+      return HandleCommit(from, id, body.getAbort().getSequence(), false, out);
     case W::RELEASE:
-      status = HandleRelease(from, id, body.getRelease().getSequence(), out);
-      break;
+      return HandleRelease(from, id, body.getRelease().getSequence(), out);
     case W::FORK:
-      status = HandleFork(from, id, body.getFork(), out);
-      break;
+      return HandleFork(from, id, body.getFork(), out);
     case W::STATS:
       ReplyStats(from, id, out);
-      break;
+      return absl::OkStatus();
     case W::HEALTH:
       ReplyHealth(from, id, out);
-      break;
+      return absl::OkStatus();
     case W::REGISTER:
-      status = HandleRegister(from, id, body.getRegister(), out);
-      break;
+      return HandleRegister(from, id, body.getRegister(), out);
     case W::HEARTBEAT:
-      status = HandleHeartbeat(from, id, body.getHeartbeat(), out);
-      break;
+      return HandleHeartbeat(from, id, body.getHeartbeat(), out);
     case W::JOB_DONE: {
       const auto done = body.getJobDone();
-      status = HandleJobEnd(from, done.getJob(), absl::OkStatus(), &done, out);
-      break;
+      return HandleJobEnd(from, done.getJob(), absl::OkStatus(), &done, out);
     }
     case W::JOB_FAILED: {
       const auto failed = body.getJobFailed();
       absl::Status result = StatusFromWire(failed.getError());
       if (result.ok()) result = absl::UnknownError("the worker reported a failure with code OK");
-      status = HandleJobEnd(from, failed.getJob(), result, nullptr, out);
-      break;
+      return HandleJobEnd(from, failed.getJob(), result, nullptr, out);
     }
     default:
-      status = absl::InvalidArgumentError(
-          absl::StrCat("message kind ", static_cast<int>(which), " is not a request"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("message kind ", static_cast<int>(body.which()), " is not a request"));
   }
-  if (!status.ok()) ReplyError(out, from, id, status);
 }
 
 absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
@@ -159,16 +166,16 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
   if (!HasWorker(Role::kPrefill)) return absl::UnavailableError("no prefill worker is registered");
   const std::vector<int32_t> tokens = ListToVector<int32_t>(r.getTokens());
   SequenceTable& sequences = pool_->sequences();
-  const int64_t length_before = sequences.Contains(seq) ? *sequences.Length(seq) : 0;
+  const int64_t length_before = sequences.Length(seq).value_or(0);
   ASSIGN_OR_RETURN(AppendPlan plan, PlanAppend(from, seq, tokens));
-  const LeaseId lease = *sequences.Owner(seq);  // the client's, as PlanAppend found it
+  ASSIGN_OR_RETURN(const LeaseId lease, sequences.Owner(seq));  // the client's, as PlanAppend found it
   const int32_t hits = plan.prefix_hit_tokens;
   if (plan.slots.empty()) {  // every token was a prefix hit
     RETURN_IF_ERROR(sequences.Commit(seq));
     EnvelopeBuilder reply(id);
     auto p = reply.envelope().getBody().initPrefillReply();
     p.setSequence(seq);
-    p.setLength(*sequences.Length(seq));
+    p.setLength(sequences.Length(seq).value_or(0));
     p.setPrefixHitTokens(hits);
     Reply(out, from, std::move(reply));
     return absl::OkStatus();
@@ -213,8 +220,9 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
       return absl::InvalidArgumentError(absl::StrCat("sequence ", seq, " appears twice"));
     }
     ASSIGN_OR_RETURN(LeaseId owner, sequences.Owner(seq));
-    const int64_t length = *sequences.Length(seq);
-    if (owner == lease && (length == 0 || *sequences.HasPending(seq))) {
+    ASSIGN_OR_RETURN(const int64_t length, sequences.Length(seq));
+    ASSIGN_OR_RETURN(const bool pending, sequences.HasPending(seq));
+    if (owner == lease && (length == 0 || pending)) {
       return absl::FailedPreconditionError(absl::StrCat(
           "decode before prefill: sequence ", seq, " has no committed prompt yet"));
     }
@@ -237,7 +245,7 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
   for (unsigned i = 0; i < steps.size(); ++i) {
     const auto s = steps[i];
     const SeqId seq = s.getSequence();
-    const int64_t position = *sequences.Length(seq);
+    const int64_t position = sequences.Length(seq).value_or(0);  // checked above
     const int32_t token = s.getToken();
     absl::StatusOr<AppendPlan> plan = sequences.Append(seq, lease, {&token, 1});
     if (!plan.ok()) {
@@ -273,7 +281,7 @@ absl::Status Broker::HandleAppend(const std::string& from, uint64_t id,
   a.setPrefixHitTokens(plan.prefix_hit_tokens);
   FillList(a.initSlots(plan.slots.size()), plan.slots);
   SetCopies(plan.copies, a.initCopies(plan.copies.size()));
-  const absl::Span<const BlockId> blocks = *pool_->sequences().Blocks(seq);
+  ASSIGN_OR_RETURN(const absl::Span<const BlockId> blocks, pool_->sequences().Blocks(seq));
   FillList(a.initBlockTable(blocks.size()), blocks);
   Reply(out, from, std::move(reply));
   return absl::OkStatus();
@@ -296,7 +304,8 @@ absl::Status Broker::HandleCommit(const std::string& from, uint64_t id, SeqId se
   SequenceTable& sequences = pool_->sequences();
   RETURN_IF_ERROR(commit ? sequences.Commit(seq) : sequences.Abort(seq));
   EnvelopeBuilder reply(id);
-  const uint64_t length = static_cast<uint64_t>(*sequences.Length(seq));
+  // Aborting a new sequence's first append removes the sequence: its length is 0 then.
+  const uint64_t length = static_cast<uint64_t>(sequences.Length(seq).value_or(0));
   if (commit) {
     reply.envelope().getBody().initCommitReply().setLength(length);
   } else {
@@ -308,7 +317,8 @@ absl::Status Broker::HandleCommit(const std::string& from, uint64_t id, SeqId se
 
 absl::Status Broker::HandleRelease(const std::string& from, uint64_t id, SeqId seq, Outbox& out) {
   RETURN_IF_ERROR(CheckOwnedIdle(seq, ClientLease(from)));
-  const size_t blocks = pool_->sequences().Blocks(seq)->size();
+  ASSIGN_OR_RETURN(const absl::Span<const BlockId> held, pool_->sequences().Blocks(seq));
+  const size_t blocks = held.size();
   RETURN_IF_ERROR(pool_->sequences().Release(seq));
   ForgetTables(seq);
   EnvelopeBuilder reply(id);
@@ -322,9 +332,9 @@ absl::Status Broker::HandleFork(const std::string& from, uint64_t id, wire::Fork
   const LeaseId lease = ClientLease(from);
   RETURN_IF_ERROR(CheckOwnedIdle(r.getSource(), lease));
   RETURN_IF_ERROR(pool_->sequences().Fork(r.getSource(), r.getTarget(), lease));
+  ASSIGN_OR_RETURN(const absl::Span<const BlockId> shared, pool_->sequences().Blocks(r.getTarget()));
   EnvelopeBuilder reply(id);
-  reply.envelope().getBody().initForkReply().setSharedBlocks(
-      static_cast<uint32_t>(pool_->sequences().Blocks(r.getTarget())->size()));
+  reply.envelope().getBody().initForkReply().setSharedBlocks(static_cast<uint32_t>(shared.size()));
   Reply(out, from, std::move(reply));
   return absl::OkStatus();
 }
@@ -644,7 +654,7 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
     auto p = reply.envelope().getBody().initPrefillReply();
     const SeqId seq = job.sequences.front();
     p.setSequence(seq);
-    p.setLength(static_cast<uint64_t>(*sequences.Length(seq)));
+    p.setLength(static_cast<uint64_t>(sequences.Length(seq).value_or(0)));
     p.setPrefixHitTokens(static_cast<uint32_t>(job.prefix_hit_tokens));
     Reply(out, job.client, std::move(reply));
   } else {
@@ -662,6 +672,7 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
 // ---- Messages out ----
 
 void Broker::Reply(Outbox& out, const std::string& to, EnvelopeBuilder message) {
+  message.envelope().setEpoch(options_.epoch);
   out.push_back({to, message.Frame()});
 }
 

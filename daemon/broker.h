@@ -76,7 +76,8 @@ class Broker {
   Broker(Pool* pool, const Clock* clock, BrokerOptions options);
 
   // One message from the ROUTER peer `from`. Every request gets exactly one reply (now, or when
-  // its job ends); bad input gets an error reply naming what is wrong.
+  // its job ends), carrying this kvpoold's epoch; bad input gets an error reply naming what is
+  // wrong. Never throws: a handler's failure is that request's INTERNAL error and a log line.
   void Handle(const std::string& from, std::vector<zmq::message_t> frames, Outbox& out);
 
   // Reaps expired leases (re-queuing or failing their jobs) and dispatches queued jobs.
@@ -117,6 +118,8 @@ class Broker {
     std::optional<JobId> job;
   };
 
+  // The handler of `envelope`'s kind. Runs under RunGuarded: nothing it throws escapes Handle.
+  absl::Status Route(const std::string& from, wire::Envelope::Reader envelope, Outbox& out);
   // Request handlers: OK means the handler queued its own reply or job.
   absl::Status HandlePrefill(const std::string& from, uint64_t id,
                              wire::PrefillRequest::Reader r, Outbox& out);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "protocol/message_check.h"
 
 namespace kvp {
 
@@ -96,6 +97,8 @@ absl::StatusOr<std::unique_ptr<ParsedEnvelope>> ParseEnvelope(std::vector<zmq::m
         absl::StrCat("schema version ", parsed->root_.getSchemaVersion(),
                      "; this build speaks version ", wire::SCHEMA_VERSION));
   }
+  // Every field as the schema types it, within its bounds: no handler's read can throw after it.
+  if (absl::Status checked = CheckEnvelope(parsed->root_, limits); !checked.ok()) return checked;
   return parsed;
 }
 

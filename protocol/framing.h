@@ -3,8 +3,9 @@
 // Sending is zero-copy: the frames point into the builder's segments, and the builder lives until
 // ZeroMQ has released the last of them. Reading enforces WireLimits before and while it reads:
 // frame count, sizes (whole words), total size, traversal and nesting limits. A frame whose data
-// is not 8-byte aligned is copied, never read in place. The whole message is traversed once at
-// parse time, so a malformed message is refused there with a Status, never an exception later.
+// is not 8-byte aligned is copied, never read in place. The whole message is traversed at parse
+// time, generically and then as the schema types it (message_check.h), so a malformed message is
+// refused there with a Status, never an exception later.
 #pragma once
 
 #include <capnp/message.h>
@@ -27,6 +28,12 @@ class EnvelopeBuilder {
   wire::Envelope::Builder envelope() { return root_; }
   wire::Envelope::Reader reader() const { return root_.asReader(); }
   uint64_t request_id() const { return reader().getRequestId(); }
+  // Stamps the epoch a sender last heard from (requests) or its own (replies) as the message
+  // goes out; the builder is a handle on the message, so this is allowed on a const one.
+  void set_epoch(uint64_t epoch) const {
+    wire::Envelope::Builder root = root_;
+    root.setEpoch(epoch);
+  }
 
   // The frames to send, pointing into the builder's segments, which live until the builder and
   // every frame made from it are gone. Framing again re-sends the same message (a re-queued job);
@@ -57,7 +64,8 @@ class ParsedEnvelope {
 };
 
 // INVALID_ARGUMENT for anything that is not a well-formed Envelope within `limits` (the message
-// says which limit or which part); FAILED_PRECONDITION for another schema version. When the
+// says which limit or which part), including every field CheckEnvelope (message_check.h) refuses:
+// a parsed envelope reads without exceptions. FAILED_PRECONDITION for another schema version. When the
 // envelope was readable, *request_id (if given) is its request id even on error, so the error
 // reply can carry it; otherwise 0.
 absl::StatusOr<std::unique_ptr<ParsedEnvelope>> ParseEnvelope(std::vector<zmq::message_t> frames,

@@ -11,6 +11,27 @@ $Cxx.namespace("kvp::wire");
 
 const schemaVersion :UInt32 = 1;
 
+# ---- Bounds: what a reader accepts before any handler reads a message (protocol/message_check.h).
+# Every List field names its bound with one of these annotations, and so may a Text field;
+# ParseEnvelope refuses a message with a longer one, so no handler walks a list of a billion
+# zero-byte elements. Per-pool bounds are the receiver's pool (or the largest pool a spec allows,
+# before the receiver knows its pool).
+annotation maxElements @0xe3c1a1d7b6a05f01 (field) :UInt32;
+enum PoolBound {
+  layers @0;  # one element per layer of the pool
+  blocks @1;  # at most one element per block of the pool
+}
+annotation boundBy @0xe3c1a1d7b6a05f02 (field) :PoolBound;
+
+const maxLayers :UInt32 = 1024;             # PoolSpec.numLayers
+const maxPrefillTokens :UInt32 = 1048576;   # tokens of one prefill or append
+const maxDecodeSteps :UInt32 = 4096;        # sequences of one decode request
+const maxTensorRank :UInt32 = 4;
+const maxCopies :UInt32 = 16;               # copy-on-write pairs of one append (one in practice)
+const maxForgotten :UInt32 = 4194304;       # sequences a worker is told to forget at once
+const maxNameBytes :UInt32 = 256;           # cache namespaces, file paths, error texts
+const maxMessageText :UInt32 = 65536;
+
 # Abseil's codes, same numbers: what the caller should do next (DESIGN.md §7).
 enum StatusCode {
   ok @0;
@@ -34,7 +55,7 @@ enum StatusCode {
 
 struct Error {
   code @0 :StatusCode;
-  message @1 :Text;
+  message @1 :Text $maxElements(.maxMessageText);
 }
 
 enum KvFormat {
@@ -56,8 +77,8 @@ struct PoolSpec {
   vRotation @6 :Bool;
   indexer @7 :Bool;
   indexerUe8m0 @8 :Bool;
-  kScales @9 :List(Float32);   # per layer; empty = 1.0
-  vScales @10 :List(Float32);  # per layer; empty = 1.0
+  kScales @9 :List(Float32) $boundBy(layers);  # per layer; empty = 1.0
+  vScales @10 :List(Float32) $boundBy(layers);  # per layer; empty = 1.0
 }
 
 enum DType {
@@ -70,22 +91,22 @@ enum DType {
 # A dense little-endian row-major tensor.
 struct Tensor {
   dtype @0 :DType;
-  shape @1 :List(UInt32);
+  shape @1 :List(UInt32) $maxElements(.maxTensorRank);
   data @2 :Data;
 }
 
 # Per-layer activations of new tokens, as the cache write consumes them.
 struct Activations {
-  k @0 :List(Tensor);       # per layer: [tokens, kv_heads, head_dim] bf16
-  v @1 :List(Tensor);       # per layer: [tokens, kv_heads, head_dim] bf16
-  indexK @2 :List(Tensor);  # per layer: [tokens, 128] bf16, pools with an indexer
+  k @0 :List(Tensor) $boundBy(layers);       # per layer: [tokens, kv_heads, head_dim] bf16
+  v @1 :List(Tensor) $boundBy(layers);       # per layer: [tokens, kv_heads, head_dim] bf16
+  indexK @2 :List(Tensor) $boundBy(layers);  # per layer: [tokens, 128] bf16, pools with an indexer
 }
 
 # Per-layer queries of one decode step.
 struct Queries {
-  q @0 :List(Tensor);            # per layer: [q_heads, head_dim] bf16
-  indexQ @1 :List(Tensor);       # per layer: [64, 128] bf16
-  headWeights @2 :List(Tensor);  # per layer: [64] float32
+  q @0 :List(Tensor) $boundBy(layers);            # per layer: [q_heads, head_dim] bf16
+  indexQ @1 :List(Tensor) $boundBy(layers);       # per layer: [64, 128] bf16
+  headWeights @2 :List(Tensor) $boundBy(layers);  # per layer: [64] float32
 }
 
 # Synthetic model only: the step's queries point at an earlier position.
@@ -97,8 +118,13 @@ struct Needle {
 
 struct PrefillRequest {
   sequence @0 :UInt64;
-  tokens @1 :List(Int32);
+  tokens @1 :List(Int32) $maxElements(.maxPrefillTokens);
   activations @2 :Activations;  # absent: the synthetic model makes them from the tokens
+  # Blocks are shared as prefix hits only within one namespace (vLLM's cache_salt), and only
+  # when their content is the same: the same token ids under the synthetic model, the same
+  # tensor bytes as well for activations. Empty: the default namespace. A sequence keeps the
+  # namespace of its first prefill or append.
+  cacheNamespace @3 :Text $maxElements(.maxNameBytes);
 }
 
 struct PrefillReply {
@@ -125,19 +151,19 @@ enum OutputLayers {
 }
 
 struct DecodeRequest {
-  steps @0 :List(DecodeStep);
+  steps @0 :List(DecodeStep) $maxElements(.maxDecodeSteps);
   outputLayers @1 :OutputLayers;
 }
 
 struct DecodeOutput {
   sequence @0 :UInt64;
   length @1 :UInt64;
-  out @2 :List(Tensor);   # per layer: [q_heads, head_dim] float32
-  topk @3 :List(Tensor);  # per layer: [k] int32, pools with an indexer
+  out @2 :List(Tensor) $boundBy(layers);   # per layer: [q_heads, head_dim] float32
+  topk @3 :List(Tensor) $boundBy(layers);  # per layer: [k] int32, pools with an indexer
 }
 
 struct DecodeReply {
-  outputs @0 :List(DecodeOutput);
+  outputs @0 :List(DecodeOutput) $maxElements(.maxDecodeSteps);
   workerMicros @1 :UInt64;        # the worker's time executing the job (kernels included)
   workerHandleMicros @2 :UInt64;  # the worker's time from receiving the job to its report
   brokerMicros @3 :UInt64;        # kvpoold's time handling the request and the job's report
@@ -161,6 +187,9 @@ struct StatsReply {
   prefixHitBlocks @4 :UInt64;
   leases @5 :UInt32;
   sequences @6 :UInt32;
+  clientBlocks @7 :UInt64;           # what the asking client holds, against its limits
+  clientRequestsInFlight @8 :UInt32;
+  rejectedNonFinite @9 :UInt64;      # requests refused for NaN or Inf in their tensors
 }
 
 struct HealthRequest {}
@@ -171,19 +200,30 @@ struct HealthReply {
   draining @3 :Bool;
   spec @4 :PoolSpec;   # what tensors sent to this pool must look like
   model @5 :Model;
+  limits @6 :ClientLimits;
+}
+
+# What one client (one lease) may hold at once; RESOURCE_EXHAUSTED names the limit it would pass.
+struct ClientLimits {
+  maxBlocks @0 :UInt64;          # blocks its sequences and reservations reference
+  maxRequestsInFlight @1 :UInt32;  # prefill and decode requests queued or running
 }
 
 # Engine attachments write the cache themselves: Append reserves the slots of new tokens, the
 # engine writes them, then Commit makes them readable or Abort returns them (DESIGN.md §6).
 struct AppendRequest {
   sequence @0 :UInt64;
-  tokens @1 :List(Int32);
+  tokens @1 :List(Int32) $maxElements(.maxPrefillTokens);
+  # kvpoold cannot see what an engine writes, so engine-written blocks are shared as prefix hits
+  # only within a named namespace, whose clients vouch that equal token ids mean equal K/V
+  # (one model, one configuration). Empty: not shared at all.
+  cacheNamespace @2 :Text $maxElements(.maxNameBytes);
 }
 struct AppendReply {
   prefixHitTokens @0 :UInt32;
-  slots @1 :List(Int64);          # one per token after the prefix hits
-  copies @2 :List(BlockCopy);     # copy-on-write, before writing
-  blockTable @3 :List(Int32);     # the sequence's blocks with the append
+  slots @1 :List(Int64) $maxElements(.maxPrefillTokens);  # one per token after the prefix hits
+  copies @2 :List(BlockCopy) $maxElements(.maxCopies);  # copy-on-write, before writing
+  blockTable @3 :List(Int32) $boundBy(blocks);     # the sequence's blocks with the append
 }
 struct CommitRequest { sequence @0 :UInt64; }
 struct CommitReply { length @0 :UInt64; }
@@ -197,8 +237,8 @@ enum Role {
 
 struct Capabilities {
   cuda @0 :Bool;
-  formats @1 :List(KvFormat);
-  headDims @2 :List(UInt32);
+  formats @1 :List(KvFormat) $maxElements(64);
+  headDims @2 :List(UInt32) $maxElements(64);
 }
 
 struct RegisterRequest {
@@ -213,13 +253,16 @@ struct Model {
   numQHeads @0 :UInt32;
   topk @1 :UInt32;          # positions the indexer selects per layer (pools with an indexer)
   syntheticSeed @2 :UInt64; # the synthetic model's seed
+  # Per layer: > 0 attends to the last W positions only (dense decode); 0, or an empty list: all.
+  slidingWindows @3 :List(UInt32) $boundBy(layers);
+  sparseVThreshold @4 :Float32;  # τ of sparse-V (DESIGN.md §5); 0: exact dense softmax
 }
 
 struct RegisterReply {
   lease @0 :UInt64;
   spec @1 :PoolSpec;
   numBlocks @2 :UInt64;
-  fdChannel @3 :Text;  # path of kvpoold's fd channel
+  fdChannel @3 :Text $maxElements(4096);  # path of kvpoold's fd channel
   epoch @4 :UInt64;
   heartbeatMillis @5 :UInt32;
   model @6 :Model;
@@ -235,10 +278,10 @@ struct HeartbeatReply {}
 struct PrefillJob {
   job @0 :UInt64;
   sequence @1 :UInt64;
-  tokens @2 :List(Int32);        # the tokens to write (prefix hits left out)
+  tokens @2 :List(Int32) $maxElements(.maxPrefillTokens);  # the tokens to write (prefix hits left out)
   firstPosition @3 :UInt64;      # position of tokens[0]
-  slotMapping @4 :List(Int64);   # one slot per token
-  copies @5 :List(BlockCopy);    # copy-on-write, before writing
+  slotMapping @4 :List(Int64) $maxElements(.maxPrefillTokens);  # one slot per token
+  copies @5 :List(BlockCopy) $maxElements(.maxCopies);  # copy-on-write, before writing
   activations @6 :Activations;
 }
 
@@ -255,8 +298,8 @@ struct DecodeJobStep {
   # The sequence's block table is the first blockTableFrom blocks of the table this worker got
   # for it in earlier jobs, then blockTable; blockTableHash (protocol/block_tables.h) is of the
   # whole table. A worker that cannot rebuild it answers ABORTED and forgets all its tables.
-  blockTable @4 :List(Int32);
-  copies @5 :List(BlockCopy);
+  blockTable @4 :List(Int32) $boundBy(blocks);
+  copies @5 :List(BlockCopy) $maxElements(.maxCopies);
   activations @6 :Activations;
   queries @7 :Queries;
   needle @8 :Needle;
@@ -266,14 +309,14 @@ struct DecodeJobStep {
 
 struct DecodeJob {
   job @0 :UInt64;
-  steps @1 :List(DecodeJobStep);
+  steps @1 :List(DecodeJobStep) $maxElements(.maxDecodeSteps);
   outputLayers @2 :OutputLayers;
-  forget @3 :List(UInt64);  # sequences whose block tables the worker may drop
+  forget @3 :List(UInt64) $maxElements(.maxForgotten);  # sequences whose block tables the worker may drop
 }
 
 struct JobDone {
   job @0 :UInt64;
-  outputs @1 :List(DecodeOutput);  # decode jobs
+  outputs @1 :List(DecodeOutput) $maxElements(.maxDecodeSteps);  # decode jobs
   execMicros @2 :UInt64;           # time spent executing it, from after it was decoded
   handleMicros @3 :UInt64;         # from receiving the job to its report (decoding included)
 }
@@ -286,6 +329,10 @@ struct JobFailed {
 struct Envelope {
   schemaVersion @0 :UInt32;
   requestId @1 :UInt64;  # chosen by the sender of a request, echoed by its reply
+  # Replies and heartbeat replies: the epoch of the kvpoold answering (it changes with every
+  # start), so that a client sees a restart at once. Requests: the epoch the client last heard
+  # from (0: none yet), so that kvpoold can say a sequence was lost in a restart.
+  epoch @29 :UInt64;
   body :union {
     error @2 :Error;
     prefill @3 :PrefillRequest;

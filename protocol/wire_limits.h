@@ -4,6 +4,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "protocol/kvpool.capnp.h"
+
 namespace kvp {
 
 struct WireLimits {
@@ -15,6 +17,10 @@ struct WireLimits {
   // What handlers may read afterwards (fields read more than once, lists walked twice).
   uint64_t handler_reads_per_message_word = 64;
   int nesting_limit = 16;  // the schema nests 7 deep at most
+  // The receiver's pool, for lists the schema bounds by it ($boundBy): the largest pool a spec
+  // allows until the receiver knows its own.
+  uint64_t max_layers = wire::MAX_LAYERS;
+  uint64_t max_blocks = uint64_t{1} << 31;  // BlockId is int32
 };
 
 }  // namespace kvp

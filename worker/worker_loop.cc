@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "protocol/dealer.h"
+#include "protocol/guard.h"
 #include "protocol/spec_codec.h"
 #include "protocol/status_codec.h"
 
@@ -95,27 +96,24 @@ EnvelopeBuilder Execute(const ParsedEnvelope& message, Clock::time_point receive
   const uint64_t job =
       body.isPrefillJob() ? body.getPrefillJob().getJob() : body.getDecodeJob().getJob();
   EnvelopeBuilder report(message.request_id());
-  absl::Status status;
   std::vector<DecodeStepResult> results;
   // The execution time reported starts after the job is decoded and checked: that part belongs
   // to the service's overhead, not to the kernels.
-  Clock::time_point start;
-  if (body.isPrefillJob()) {
-    absl::StatusOr<PrefillWork> work = PrefillWorkFromWire(body.getPrefillJob(), ctx);
-    start = Clock::now();
-    status = work.ok() ? executor.Prefill(*work) : work.status();
-  } else {
+  Clock::time_point start = Clock::now();
+  absl::Status status = RunGuarded([&]() -> absl::Status {
+    if (body.isPrefillJob()) {
+      ASSIGN_OR_RETURN(const PrefillWork work, PrefillWorkFromWire(body.getPrefillJob(), ctx));
+      start = Clock::now();
+      return executor.Prefill(work);
+    }
     absl::StatusOr<DecodeWork> work = DecodeWorkFromWire(body.getDecodeJob(), ctx, tables);
     if (absl::IsAborted(work.status())) tables.clear();  // kvpoold resends whole tables
+    if (!work.ok()) return work.status();
     start = Clock::now();
-    if (work.ok()) {
-      absl::StatusOr<std::vector<DecodeStepResult>> r = executor.Decode(*work);
-      if (r.ok()) results = std::move(*r);
-      status = r.status();
-    } else {
-      status = work.status();
-    }
-  }
+    ASSIGN_OR_RETURN(results, executor.Decode(*work));
+    return absl::OkStatus();
+  });
+  if (absl::IsInternal(status)) tables.clear();  // a failure half-way: trust nothing held
   const auto micros =
       std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start).count();
   if (!status.ok()) {
@@ -169,6 +167,11 @@ absl::Status WorkerLoop::Run(const std::atomic<bool>& stop) {
     spdlog::info("registered: role={} lease={} backend={} blocks={} {}", role, session->lease,
                  (*attachment)->backend_name(), session->ctx.num_blocks,
                  session->ctx.spec.DebugString());
+    // Jobs are checked against this pool's shape before any field is read.
+    WireLimits limits;
+    limits.max_layers = static_cast<uint64_t>(session->ctx.spec.num_layers);
+    limits.max_blocks = static_cast<uint64_t>(session->ctx.num_blocks);
+    dealer.set_limits(limits);
     BlockTableCache tables;  // as kvpoold sent them in this registration
     std::atomic<bool> lost = false;
     std::thread heartbeats(Heartbeats, std::ref(context), std::cref(options_.endpoint),
@@ -178,6 +181,10 @@ absl::Status WorkerLoop::Run(const std::atomic<bool>& stop) {
       const auto received = Clock::now();
       if (absl::IsDeadlineExceeded(message.status()) || absl::IsCancelled(message.status())) {
         continue;  // a timeout, or a signal: look at `stop` and `lost` again
+      }
+      if (absl::IsUnavailable(message.status())) {
+        lost = true;  // the connection dropped: register again as soon as kvpoold is back
+        break;
       }
       if (!message.ok()) {
         spdlog::warn("dropped a message from kvpoold: {}", message.status().ToString());

@@ -30,6 +30,7 @@ class BrokerTest : public ::testing::Test {
     options.worker_lease_micros = kWorkerLease;
     options.client_lease_micros = kClientLease;
     options.model.topk = 64;
+    options.epoch = broker_epoch_;
     broker_ = std::make_unique<Broker>(pool_.get(), &clock_, options);
   }
 
@@ -72,7 +73,9 @@ class BrokerTest : public ::testing::Test {
   }
   void Heartbeat(const std::string& worker) {
     EnvelopeBuilder m(2);
-    m.envelope().getBody().initHeartbeat().setLease(leases_[worker]);
+    auto h = m.envelope().getBody().initHeartbeat();
+    h.setLease(leases_[worker]);
+    h.setEpoch(broker_epoch_);
     Send(worker, m);
   }
   EnvelopeBuilder Prefill(uint64_t id, uint64_t seq, int tokens) {
@@ -94,6 +97,7 @@ class BrokerTest : public ::testing::Test {
   }
   PoolCounts Counts() const { return pool_->blocks().counts(); }
 
+  const uint64_t broker_epoch_ = 1000;
   FakeClock clock_;
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<Broker> broker_;
@@ -201,9 +205,42 @@ TEST_F(BrokerTest, AHeartbeatFromAnEarlierKvpooldIsAborted) {
   EnvelopeBuilder m(2);
   auto h = m.envelope().getBody().initHeartbeat();
   h.setLease(leases_["w1"]);
-  h.setEpoch(12345);  // this broker's epoch is 0
+  h.setEpoch(12345);  // this broker's epoch is broker_epoch_
   const absl::Status s = StatusOf(*Send("w1", m).at(0).second);
   EXPECT_TRUE(absl::IsAborted(s)) << s;
+}
+
+TEST_F(BrokerTest, AbortingTheFirstAppendOfANewSequenceAnswersLengthZero) {
+  // The engine sequence that used to take kvpoold down: Append creates the sequence, Abort of
+  // that append removes it again.
+  EnvelopeBuilder append(1);
+  auto a = append.envelope().getBody().initAppend();
+  a.setSequence(5);
+  a.initTokens(3).set(0, 1);
+  ASSERT_TRUE(StatusOf(*Send("c", append).at(0).second).ok());
+  EnvelopeBuilder abort(2);
+  abort.envelope().getBody().initAbort().setSequence(5);
+  auto replies = Send("c", abort);
+  ASSERT_EQ(replies.size(), 1u);
+  ASSERT_TRUE(replies[0].second->envelope().getBody().isAbortReply());
+  EXPECT_EQ(replies[0].second->envelope().getBody().getAbortReply().getLength(), 0u);
+  EXPECT_EQ(pool_->sequences().size(), 0u);
+  EXPECT_EQ(Counts().free, pool_->blocks().num_blocks());
+}
+
+TEST_F(BrokerTest, RepliesCarryTheEpochAndAnUnknownSequenceNamesARestart) {
+  EnvelopeBuilder release(4);
+  release.envelope().getBody().initRelease().setSequence(42);
+  release.envelope().setEpoch(777);  // the client last heard from another kvpoold
+  auto replies = Send("c", release);
+  ASSERT_EQ(replies.size(), 1u);
+  EXPECT_EQ(replies[0].second->envelope().getEpoch(), broker_epoch_);
+  const absl::Status s = StatusOf(*replies[0].second);
+  EXPECT_TRUE(absl::IsNotFound(s)) << s;
+  EXPECT_THAT(s.message(), HasSubstr("has restarted"));
+  release.envelope().setEpoch(broker_epoch_);
+  EXPECT_THAT(StatusOf(*Send("c", release).at(0).second).message(),
+              ::testing::Not(HasSubstr("restarted")));
 }
 
 }  // namespace
