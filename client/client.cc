@@ -59,6 +59,8 @@ absl::StatusOr<PoolHealth> Client::Health() {
   health.workers = h.getWorkers();
   ASSIGN_OR_RETURN(health.spec, PoolSpecFromWire(h.getSpec()));
   health.model = ModelConfigFromWire(h.getModel());
+  health.client_max_blocks = h.getLimits().getMaxBlocks();
+  health.client_max_requests = h.getLimits().getMaxRequestsInFlight();
   return health;
 }
 
@@ -69,9 +71,16 @@ absl::StatusOr<PoolStats> Client::Stats() {
   const auto body = reply->envelope().getBody();
   if (!body.isStatsReply()) return Unexpected("stats request");
   const auto s = body.getStatsReply();
-  return PoolStats{s.getBlocksFree(),   s.getBlocksReserved(),  s.getBlocksUsed(),
-                   s.getBlocksCached(), s.getPrefixHitBlocks(), s.getLeases(),
-                   s.getSequences()};
+  return PoolStats{.blocks_free = s.getBlocksFree(),
+                   .blocks_reserved = s.getBlocksReserved(),
+                   .blocks_used = s.getBlocksUsed(),
+                   .blocks_cached = s.getBlocksCached(),
+                   .prefix_hit_blocks = s.getPrefixHitBlocks(),
+                   .leases = s.getLeases(),
+                   .sequences = s.getSequences(),
+                   .client_blocks = s.getClientBlocks(),
+                   .client_requests_in_flight = s.getClientRequestsInFlight(),
+                   .rejected_nonfinite = s.getRejectedNonFinite()};
 }
 
 absl::Status Client::Heartbeat() {
@@ -82,9 +91,10 @@ absl::Status Client::Heartbeat() {
 
 void Client::BuildPrefill(EnvelopeBuilder& request, uint64_t sequence,
                           std::span<const int32_t> tokens, const TokenActivations* activations,
-                          const PoolSpec* spec) {
+                          const PoolSpec* spec, const std::string& cache_namespace) {
   auto p = request.envelope().getBody().initPrefill();
   p.setSequence(sequence);
+  p.setCacheNamespace(cache_namespace);
   FillList(p.initTokens(tokens.size()), tokens);
   if (activations != nullptr) {
     ActivationsToWire(*activations, *spec, static_cast<uint32_t>(tokens.size()),
@@ -138,7 +148,7 @@ absl::StatusOr<PrefillResult> Client::Prefill(uint64_t sequence, std::span<const
                                               const TokenActivations* activations,
                                               const PoolSpec* spec) {
   EnvelopeBuilder request = NewRequest();
-  BuildPrefill(request, sequence, tokens, activations, spec);
+  BuildPrefill(request, sequence, tokens, activations, spec, options_.cache_namespace);
   ASSIGN_OR_RETURN(auto reply, Call(request));
   return PrefillResultOf(*reply);
 }
@@ -176,6 +186,7 @@ absl::StatusOr<AppendResult> Client::Append(uint64_t sequence, std::span<const i
   EnvelopeBuilder request = NewRequest();
   auto a = request.envelope().getBody().initAppend();
   a.setSequence(sequence);
+  a.setCacheNamespace(options_.cache_namespace);
   FillList(a.initTokens(tokens.size()), tokens);
   ASSIGN_OR_RETURN(auto reply, Call(request));
   const auto body = reply->envelope().getBody();

@@ -5,7 +5,8 @@
 // routing id): two Client objects with the same name share sequences, and a reconnecting client
 // takes its name over. The lease lives while requests or Heartbeat calls keep coming (kvpoold's
 // --client_lease_ms). Errors are kvpoold's typed statuses; UNAVAILABLE or DEADLINE_EXCEEDED when it
-// does not answer within the timeout.
+// does not answer within the timeout, and at once when the connection to kvpoold drops or kvpoold
+// restarts while a reply is awaited (requests in flight then were lost).
 #pragma once
 
 #include <cstdint>
@@ -34,6 +35,9 @@ struct ClientOptions {
   int keep_alive_ms = 5000;
   // For kvpoold's tcp:// endpoint, which admits CURVE clients whose public key it lists.
   std::optional<CurveClientKeys> curve;
+  // The cache namespace of this client's prefills and appends (vLLM's cache_salt): blocks are
+  // shared as prefix hits only inside one namespace. Empty: the default one.
+  std::string cache_namespace;
 };
 
 struct PrefillResult {
@@ -71,8 +75,11 @@ struct AppendResult {
 
 struct PoolStats {
   uint64_t blocks_free = 0, blocks_reserved = 0, blocks_used = 0, blocks_cached = 0;
-  uint64_t prefix_hit_blocks = 0;
+  uint64_t prefix_hit_blocks = 0;  // this client's
   uint32_t leases = 0, sequences = 0;
+  uint64_t client_blocks = 0;               // what this client holds, against its limits
+  uint32_t client_requests_in_flight = 0;
+  uint64_t rejected_nonfinite = 0;          // requests refused for NaN or Inf, all clients
 };
 
 struct PoolHealth {
@@ -82,6 +89,8 @@ struct PoolHealth {
   uint32_t workers = 0;
   PoolSpec spec;
   ModelConfig model;
+  uint64_t client_max_blocks = 0;  // what one client may hold (0: no limit)
+  uint32_t client_max_requests = 0;  // prefill and decode requests one client may have in flight
 };
 
 class Client {
@@ -120,7 +129,7 @@ class Client {
   // Request builders, shared by the synchronous calls and asynchronous users.
   static void BuildPrefill(EnvelopeBuilder& request, uint64_t sequence,
                            std::span<const int32_t> tokens, const TokenActivations* activations,
-                           const PoolSpec* spec);
+                           const PoolSpec* spec, const std::string& cache_namespace = "");
   static void BuildDecode(EnvelopeBuilder& request, const std::vector<DecodeStepRequest>& steps,
                           wire::OutputLayers outputs, const PoolSpec* spec,
                           const ModelConfig* model);

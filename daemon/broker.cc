@@ -10,6 +10,7 @@
 #include "base/status_macros.h"
 #include "kvpool/format/kv_format_names.h"
 #include "protocol/activations_codec.h"
+#include "protocol/finite_check.h"
 #include "protocol/guard.h"
 #include "protocol/lists.h"
 #include "protocol/status_codec.h"
@@ -158,16 +159,22 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
                                    wire::PrefillRequest::Reader r, Outbox& out) {
   if (draining_) return absl::UnavailableError("kvpoold is draining; retry on another instance");
   const SeqId seq = r.getSequence();
-  RETURN_IF_ERROR(CheckTokenCount(r.getTokens().size(), "a prefill"));
+  const uint32_t count_in = r.getTokens().size();
+  RETURN_IF_ERROR(CheckTokenCount(count_in, "a prefill"));
+  std::vector<TokenDigest> digests;  // empty: synthetic, the token ids say it all
   if (r.hasActivations()) {
-    RETURN_IF_ERROR(
-        CheckActivations(r.getActivations(), pool_->layout().spec(), r.getTokens().size()));
+    RETURN_IF_ERROR(CheckActivations(r.getActivations(), pool_->layout().spec(), count_in));
+    RETURN_IF_ERROR(CheckValues(r.getActivations()));
+    digests = digester_.TokenDigests(r.getActivations(), 0, count_in);
   }
   if (!HasWorker(Role::kPrefill)) return absl::UnavailableError("no prefill worker is registered");
+  RETURN_IF_ERROR(CheckRequestLimit(ClientLease(from)));
   const std::vector<int32_t> tokens = ListToVector<int32_t>(r.getTokens());
   SequenceTable& sequences = pool_->sequences();
   const int64_t length_before = sequences.Length(seq).value_or(0);
-  ASSIGN_OR_RETURN(AppendPlan plan, PlanAppend(from, seq, tokens));
+  const SharingScope scope{.root = digester_.NamespaceRoot(r.getCacheNamespace().cStr()),
+                           .shared = true};
+  ASSIGN_OR_RETURN(AppendPlan plan, PlanAppend(from, seq, tokens, digests, scope));
   ASSIGN_OR_RETURN(const LeaseId lease, sequences.Owner(seq));  // the client's, as PlanAppend found it
   const int32_t hits = plan.prefix_hit_tokens;
   if (plan.slots.empty()) {  // every token was a prefix hit
@@ -212,6 +219,7 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
   const PoolSpec& spec = pool_->layout().spec();
   SequenceTable& sequences = pool_->sequences();
   const LeaseId lease = ClientLease(from);
+  RETURN_IF_ERROR(CheckRequestLimit(lease));
   // Check every step before changing anything: a request is planned whole or not at all.
   absl::flat_hash_set<SeqId> seen;
   for (auto s : steps) {
@@ -227,8 +235,14 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
           "decode before prefill: sequence ", seq, " has no committed prompt yet"));
     }
     RETURN_IF_ERROR(CheckOwnedIdle(seq, lease));
-    if (s.hasActivations()) RETURN_IF_ERROR(CheckActivations(s.getActivations(), spec, 1));
-    if (s.hasQueries()) RETURN_IF_ERROR(CheckQueries(s.getQueries(), spec, options_.model));
+    if (s.hasActivations()) {
+      RETURN_IF_ERROR(CheckActivations(s.getActivations(), spec, 1));
+      RETURN_IF_ERROR(CheckValues(s.getActivations()));
+    }
+    if (s.hasQueries()) {
+      RETURN_IF_ERROR(CheckQueries(s.getQueries(), spec, options_.model));
+      RETURN_IF_ERROR(CheckValues(s.getQueries()));
+    }
     if (s.hasNeedle() && s.getNeedle().getPosition() >= static_cast<uint64_t>(length)) {
       return absl::OutOfRangeError(absl::StrCat("sequence ", seq, ": needle position ",
                                                 s.getNeedle().getPosition(), " is not below ",
@@ -247,7 +261,10 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
     const SeqId seq = s.getSequence();
     const int64_t position = sequences.Length(seq).value_or(0);  // checked above
     const int32_t token = s.getToken();
-    absl::StatusOr<AppendPlan> plan = sequences.Append(seq, lease, {&token, 1});
+    const std::vector<TokenDigest> digest =
+        s.hasActivations() ? digester_.TokenDigests(s.getActivations(), 0, 1)
+                           : std::vector<TokenDigest>();
+    absl::StatusOr<AppendPlan> plan = sequences.Append(seq, lease, {&token, 1}, digest);
     if (!plan.ok()) {
       for (SeqId p : planned) sequences.Abort(p).IgnoreError();
       return plan.status();
@@ -263,6 +280,10 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
     if (s.hasQueries()) js.setQueries(s.getQueries());
     if (s.hasNeedle()) js.setNeedle(s.getNeedle());
   }
+  if (absl::Status limit = CheckBlockLimit(lease); !limit.ok()) {
+    for (SeqId p : planned) sequences.Abort(p).IgnoreError();
+    return limit;
+  }
   const int64_t now = clock_->NowMicros();
   Enqueue(Job{Role::kDecode, from, id, lease, std::move(planned), 0, std::move(message), 0, 0,
               now, false, now - started},
@@ -275,7 +296,13 @@ absl::Status Broker::HandleAppend(const std::string& from, uint64_t id,
   if (draining_) return absl::UnavailableError("kvpoold is draining; retry on another instance");
   const SeqId seq = r.getSequence();
   RETURN_IF_ERROR(CheckTokenCount(r.getTokens().size(), "an append"));
-  ASSIGN_OR_RETURN(AppendPlan plan, PlanAppend(from, seq, ListToVector<int32_t>(r.getTokens())));
+  // kvpoold never sees what an engine writes: its blocks are shared only inside a namespace the
+  // engines named, never by token ids alone.
+  const absl::string_view name = r.getCacheNamespace().cStr();
+  const SharingScope scope{.root = digester_.NamespaceRoot(name), .shared = !name.empty()};
+  const std::vector<TokenDigest> digests(r.getTokens().size(), kEngineTokenDigest);
+  ASSIGN_OR_RETURN(AppendPlan plan,
+                   PlanAppend(from, seq, ListToVector<int32_t>(r.getTokens()), digests, scope));
   EnvelopeBuilder reply(id);
   auto a = reply.envelope().getBody().initAppendReply();
   a.setPrefixHitTokens(plan.prefix_hit_tokens);
@@ -288,14 +315,59 @@ absl::Status Broker::HandleAppend(const std::string& from, uint64_t id,
 }
 
 absl::StatusOr<AppendPlan> Broker::PlanAppend(const std::string& from, SeqId seq,
-                                               const std::vector<int32_t>& tokens) {
+                                               const std::vector<int32_t>& tokens,
+                                               absl::Span<const TokenDigest> digests,
+                                               const SharingScope& scope) {
   if (busy_.contains(seq)) {
     return absl::FailedPreconditionError(absl::StrCat("sequence ", seq, " has a job in flight"));
   }
-  ASSIGN_OR_RETURN(AppendPlan plan, pool_->sequences().Append(seq, ClientLease(from), tokens));
+  const LeaseId lease = ClientLease(from);
+  ASSIGN_OR_RETURN(AppendPlan plan, pool_->sequences().Append(seq, lease, tokens, digests, scope));
+  if (absl::Status limit = CheckBlockLimit(lease); !limit.ok()) {
+    pool_->sequences().Abort(seq).IgnoreError();
+    return limit;
+  }
+  const int64_t hit_blocks = plan.prefix_hit_tokens / pool_->layout().spec().block_size;
   metrics_.prefix_hit_tokens += plan.prefix_hit_tokens;
-  metrics_.prefix_hit_blocks += plan.prefix_hit_tokens / pool_->layout().spec().block_size;
+  metrics_.prefix_hit_blocks += hit_blocks;
+  usage_[lease].prefix_hit_blocks += hit_blocks;
   return plan;
+}
+
+absl::Status Broker::CheckBlockLimit(LeaseId lease) const {
+  const int64_t held = pool_->blocks().HeldBy(lease);
+  if (options_.client_max_blocks > 0 && held > options_.client_max_blocks) {
+    ++metrics_.limit_refusals["blocks"];
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "this request would have the client hold ", held, " blocks; a client may hold ",
+        options_.client_max_blocks, " (kvpoold --client_max_blocks): release sequences first"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Broker::CheckRequestLimit(LeaseId lease) const {
+  auto it = usage_.find(lease);
+  if (it != usage_.end() && it->second.requests >= options_.client_max_requests) {
+    ++metrics_.limit_refusals["requests"];
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the client has ", it->second.requests, " prefill and decode requests in flight; a client "
+        "may have ", options_.client_max_requests, " (kvpoold --client_max_requests)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Broker::CheckValues(wire::Activations::Reader activations) {
+  if (options_.allow_nonfinite) return absl::OkStatus();
+  absl::Status s = CheckFinite(activations);
+  if (!s.ok()) ++metrics_.rejected_nonfinite;
+  return s;
+}
+
+absl::Status Broker::CheckValues(wire::Queries::Reader queries) {
+  if (options_.allow_nonfinite) return absl::OkStatus();
+  absl::Status s = CheckFinite(queries);
+  if (!s.ok()) ++metrics_.rejected_nonfinite;
+  return s;
 }
 
 absl::Status Broker::HandleCommit(const std::string& from, uint64_t id, SeqId seq, bool commit,
@@ -340,7 +412,8 @@ absl::Status Broker::HandleFork(const std::string& from, uint64_t id, wire::Fork
 }
 
 void Broker::ReplyStats(const std::string& from, uint64_t id, Outbox& out) {
-  ClientLease(from);
+  const LeaseId lease = ClientLease(from);
+  const ClientUsage usage = usage_.contains(lease) ? usage_.at(lease) : ClientUsage();
   const PoolCounts c = pool_->blocks().counts();
   EnvelopeBuilder reply(id);
   auto s = reply.envelope().getBody().initStatsReply();
@@ -348,9 +421,13 @@ void Broker::ReplyStats(const std::string& from, uint64_t id, Outbox& out) {
   s.setBlocksReserved(c.reserved);
   s.setBlocksUsed(c.used);
   s.setBlocksCached(c.cached);
-  s.setPrefixHitBlocks(metrics_.prefix_hit_blocks);
+  // Hits are the client's own: another namespace's, or another client's, are none of its business.
+  s.setPrefixHitBlocks(usage.prefix_hit_blocks);
   s.setLeases(static_cast<uint32_t>(pool_->leases().size()));
   s.setSequences(static_cast<uint32_t>(pool_->sequences().size()));
+  s.setClientBlocks(static_cast<uint64_t>(pool_->blocks().HeldBy(lease)));
+  s.setClientRequestsInFlight(static_cast<uint32_t>(usage.requests));
+  s.setRejectedNonFinite(metrics_.rejected_nonfinite);
   Reply(out, from, std::move(reply));
 }
 
@@ -363,6 +440,9 @@ void Broker::ReplyHealth(const std::string& from, uint64_t id, Outbox& out) {
   h.setDraining(draining_);
   PoolSpecToWire(pool_->layout().spec(), h.initSpec());
   ModelConfigToWire(options_.model, h.initModel());
+  auto limits = h.initLimits();
+  limits.setMaxBlocks(static_cast<uint64_t>(options_.client_max_blocks));
+  limits.setMaxRequestsInFlight(static_cast<uint32_t>(options_.client_max_requests));
   Reply(out, from, std::move(reply));
 }
 
@@ -544,6 +624,7 @@ void Broker::EndClient(LeaseId lease) {
       ++running;
     }
   }
+  usage_.erase(lease);  // its running jobs end without it
   for (JobId id : queued) {
     for (SeqId s : jobs_.at(id).sequences) busy_.erase(s);
     for (auto& q : queues_) q.erase(std::remove(q.begin(), q.end(), id), q.end());
@@ -560,6 +641,7 @@ void Broker::EndClient(LeaseId lease) {
 
 void Broker::Enqueue(Job job, Outbox& out) {
   const JobId id = job.message.envelope().getRequestId();
+  ++usage_[job.client_lease].requests;
   for (SeqId s : job.sequences) busy_[s] = id;
   queues_[static_cast<int>(job.role)].push_back(id);
   jobs_.emplace(id, std::move(job));
@@ -623,6 +705,7 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
   Job& job = node.mapped();
   if (auto w = workers_.find(job.worker); w != workers_.end()) w->second.job.reset();
   for (SeqId s : job.sequences) busy_.erase(s);
+  if (auto u = usage_.find(job.client_lease); u != usage_.end()) --u->second.requests;
   const std::string kind = RoleName(static_cast<int>(job.role));
   if (job.client_gone) {
     if (--deferred_[job.client_lease] == 0) {

@@ -32,14 +32,15 @@
 #include "kvpool/pool/clock.h"
 #include "kvpool/pool/pool.h"
 #include "protocol/block_tables.h"
+#include "protocol/content_digest.h"
 #include "protocol/framing.h"
 #include "protocol/spec_codec.h"
 #include "protocol/wire_limits.h"
 
 namespace kvp {
 
-inline constexpr size_t kMaxPrefillTokens = size_t{1} << 20;
-inline constexpr size_t kMaxDecodeSteps = 4096;
+inline constexpr size_t kMaxPrefillTokens = wire::MAX_PREFILL_TOKENS;
+inline constexpr size_t kMaxDecodeSteps = wire::MAX_DECODE_STEPS;
 
 struct BrokerOptions {
   ModelConfig model;
@@ -51,6 +52,11 @@ struct BrokerOptions {
   uint64_t epoch = 0;                          // changes with every kvpoold start
   int max_job_attempts = 2;
   WireLimits limits;
+  // Fair use, per client lease: blocks its sequences and reservations hold (0: no limit) and
+  // prefill and decode requests queued or running. RESOURCE_EXHAUSTED names the limit passed.
+  int64_t client_max_blocks = 0;
+  int client_max_requests = 256;
+  bool allow_nonfinite = false;  // tests only: NaN and Inf in client tensors are stored as sent
 };
 
 // A peer is named by the endpoint it came through and its routing id, so that no remote client
@@ -141,10 +147,20 @@ class Broker {
   void ReplyStats(const std::string& from, uint64_t id, Outbox& out);
   void ReplyHealth(const std::string& from, uint64_t id, Outbox& out);
 
-  // Plans appending `tokens` to `seq` for client `from` (prefill and engine append): refused
-  // while a job writes the sequence; counts prefix hits.
+  // Plans appending `tokens` (with their content digests, empty: synthetic) to `seq` for client
+  // `from` (prefill and engine append): refused while a job writes the sequence or when the
+  // client would pass its block limit; counts prefix hits.
   absl::StatusOr<AppendPlan> PlanAppend(const std::string& from, SeqId seq,
-                                        const std::vector<int32_t>& tokens);
+                                        const std::vector<int32_t>& tokens,
+                                        absl::Span<const TokenDigest> digests,
+                                        const SharingScope& scope);
+  // RESOURCE_EXHAUSTED when `lease` holds more blocks than a client may (planned ones included).
+  absl::Status CheckBlockLimit(LeaseId lease) const;
+  // RESOURCE_EXHAUSTED when `lease` has as many requests in flight as a client may.
+  absl::Status CheckRequestLimit(LeaseId lease) const;
+  // INVALID_ARGUMENT for NaN or Inf in a client's tensors, unless allowed.
+  absl::Status CheckValues(wire::Activations::Reader activations);
+  absl::Status CheckValues(wire::Queries::Reader queries);
   // The caller's lease, granted on first use and renewed by every request.
   LeaseId ClientLease(const std::string& identity);
   // OK when `seq` exists, belongs to `lease` and has no job in flight.
@@ -185,6 +201,13 @@ class Broker {
   // sequences it may forget; decode jobs carry only what changed (protocol/block_tables.h).
   absl::flat_hash_map<LeaseId, absl::flat_hash_map<SeqId, HeldBlockTable>> sent_tables_;
   absl::flat_hash_map<LeaseId, std::vector<SeqId>> forget_;
+  // What each client lease has in flight and has gained from prefix hits (its own Stats).
+  struct ClientUsage {
+    int requests = 0;
+    uint64_t prefix_hit_blocks = 0;
+  };
+  absl::flat_hash_map<LeaseId, ClientUsage> usage_;
+  ContentDigester digester_;
   BrokerMetrics metrics_;
 };
 

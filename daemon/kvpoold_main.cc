@@ -63,6 +63,13 @@ ABSL_FLAG(std::string, metrics_address, "127.0.0.1", "address of the HTTP endpoi
 ABSL_FLAG(int, metrics_port, 9464, "port of /metrics and /healthz; -1 disables, 0 picks one");
 ABSL_FLAG(int64_t, max_message_mib, 256, "largest message accepted; bigger ones get INVALID_ARGUMENT");
 ABSL_FLAG(int, drain_timeout_ms, 30000, "on SIGTERM, how long jobs in flight may take");
+ABSL_FLAG(int64_t, client_max_blocks, -1,
+          "blocks one client may hold (its sequences' and reservations'); -1: 90% of the pool, "
+          "0: no limit");
+ABSL_FLAG(int, client_max_requests, 256,
+          "prefill and decode requests one client may have queued or running");
+ABSL_FLAG(bool, allow_nonfinite, false,
+          "for tests only: store NaN and Inf in client tensors instead of refusing them");
 
 namespace kvp {
 namespace {
@@ -188,6 +195,18 @@ absl::Status Main() {
   broker_options.fd_channel_path = options.fd_channel_path;
   broker_options.epoch = options.epoch;
   broker_options.max_job_attempts = absl::GetFlag(FLAGS_max_job_attempts);
+  const int64_t max_blocks = absl::GetFlag(FLAGS_client_max_blocks);
+  if (max_blocks < -1) return absl::InvalidArgumentError("--client_max_blocks must be >= -1");
+  // By default one client may use most of an otherwise idle pool, but not all of it.
+  broker_options.client_max_blocks =
+      max_blocks == -1 ? std::max<int64_t>(1, pool->blocks().num_blocks() * 9 / 10) : max_blocks;
+  broker_options.client_max_requests = absl::GetFlag(FLAGS_client_max_requests);
+  if (broker_options.client_max_requests < 1) {
+    return absl::InvalidArgumentError("--client_max_requests must be at least 1");
+  }
+  broker_options.allow_nonfinite = absl::GetFlag(FLAGS_allow_nonfinite);
+  broker_options.limits.max_layers = static_cast<uint64_t>(spec.num_layers);
+  broker_options.limits.max_blocks = static_cast<uint64_t>(pool->blocks().num_blocks());
   broker_options.limits.max_message_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_message_mib)) << 20;
   options.max_message_bytes = broker_options.limits.max_message_bytes;

@@ -100,6 +100,16 @@ std::string RenderPrometheus(const BrokerMetrics& m, const PoolGauges& g) {
   absl::StrAppend(&out, "kvpool_prefix_hit_blocks_total ", m.prefix_hit_blocks, "\n");
   Header(out, "kvpool_prefix_hit_tokens_total", "counter", "Tokens not written thanks to prefix hits.");
   absl::StrAppend(&out, "kvpool_prefix_hit_tokens_total ", m.prefix_hit_tokens, "\n");
+  Header(out, "kvpool_nonfinite_rejections_total", "counter",
+         "Requests refused for NaN or Inf in their tensors.");
+  absl::StrAppend(&out, "kvpool_nonfinite_rejections_total ", m.rejected_nonfinite, "\n");
+  Header(out, "kvpool_client_limit_rejections_total", "counter",
+         "Requests refused because a client reached a per-client limit, by limit.");
+  for (const char* limit : {"blocks", "requests"}) {
+    const auto it = m.limit_refusals.find(limit);
+    absl::StrAppend(&out, "kvpool_client_limit_rejections_total{limit=\"", limit, "\"} ",
+                    it == m.limit_refusals.end() ? 0 : it->second, "\n");
+  }
   return out;
 }
 

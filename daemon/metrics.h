@@ -41,6 +41,8 @@ struct BrokerMetrics {
   uint64_t leases_reaped = 0;
   uint64_t prefix_hit_blocks = 0;
   uint64_t prefix_hit_tokens = 0;
+  uint64_t rejected_nonfinite = 0;                // requests with NaN or Inf in their tensors
+  mutable std::map<std::string, uint64_t> limit_refusals;  // by client limit (blocks, requests)
 
   void ObserveJob(const std::string& kind, const std::string& outcome, double seconds);
 };

@@ -121,7 +121,7 @@ absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Dealer::ReceiveOnce(int timeout_
   if (frames.empty()) {
     if (items[1].revents & ZMQ_POLLIN) {
       DropStaleEvents();
-      epoch_ = 0;  // whoever answers next may be a new kvpoold
+      reconnecting_ = true;  // whoever answers next may be a new kvpoold
       return absl::UnavailableError(
           "lost the connection to kvpoold (it stopped or restarted) while waiting: requests in "
           "flight may not have run; retry them once it is back");
@@ -131,7 +131,13 @@ absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Dealer::ReceiveOnce(int timeout_
   }
   absl::StatusOr<std::unique_ptr<ParsedEnvelope>> parsed =
       ParseEnvelope(std::move(frames), limits_);
-  if (parsed.ok() && epoch_ == 0) epoch_ = (*parsed)->envelope().getEpoch();
+  if (parsed.ok()) {
+    const uint64_t epoch = (*parsed)->envelope().getEpoch();
+    if (epoch != 0 && (epoch_ == 0 || reconnecting_)) {
+      epoch_ = epoch;
+      reconnecting_ = false;
+    }
+  }
   return parsed;
 }
 
@@ -139,7 +145,7 @@ absl::StatusOr<std::unique_ptr<ParsedEnvelope>> Dealer::Call(const EnvelopeBuild
                                                              int timeout_ms) {
   const uint64_t id = message.request_id();
   DropStaleEvents();
-  const uint64_t sent_to = epoch_;
+  const uint64_t sent_to = reconnecting_ ? 0 : epoch_;  // 0: to whichever kvpoold is there
   if (absl::Status s = Send(message); !s.ok()) return s;
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   while (true) {

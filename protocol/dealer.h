@@ -34,8 +34,9 @@ class Dealer {
   // What received messages are checked against (a worker narrows them to its pool's).
   void set_limits(const WireLimits& limits) { limits_ = limits; }
 
-  // The epoch of the kvpoold last heard from; 0 before the first message and after a lost
-  // connection.
+  // The epoch of the kvpoold last heard from (0 before the first message), also after the
+  // connection to it dropped: requests carry it, so that a restarted kvpoold can say that a
+  // sequence was lost with its predecessor.
   uint64_t epoch() const { return epoch_; }
 
   // Stamps epoch() on the message. UNAVAILABLE when it cannot be queued within the send timeout.
@@ -63,6 +64,7 @@ class Dealer {
   bool curve_ = false;
   int keep_alive_ms_ = 0;
   uint64_t epoch_ = 0;
+  bool reconnecting_ = false;  // the connection dropped: the next epoch heard is adopted quietly
   WireLimits limits_;
 };
 

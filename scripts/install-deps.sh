@@ -15,6 +15,8 @@ packages=(
   libspdlog-dev libfmt-dev # logs
   libcpp-httplib-dev     # kvpoold's /metrics and /healthz
   libsystemd-dev         # sd_notify: readiness and watchdog under systemd
+  libsodium-dev          # keyed content digests of client tensors (protocol/)
+  clang libclang-rt-14-dev # libFuzzer targets (scripts/fuzz.sh)
   python3-venv           # the Python client's environment (.venv, below)
 )
 

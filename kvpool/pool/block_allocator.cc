@@ -155,13 +155,19 @@ absl::Status BlockAllocator::Release(LeaseId lease, BlockId block) {
       absl::StrCat("lease ", lease, " holds no reference to block ", block));
 }
 
-std::optional<BlockId> BlockAllocator::FindPrefix(uint64_t hash,
-                                                  absl::Span<const int32_t> tokens) const {
-  auto it = prefix_index_.find(hash);
+int64_t BlockAllocator::HeldBy(LeaseId lease) const {
+  auto it = leases_.find(lease);
+  if (it == leases_.end()) return 0;
+  return static_cast<int64_t>(it->second.reserved.size() + it->second.refs.size());
+}
+
+std::optional<BlockId> BlockAllocator::FindPrefix(const PrefixKey& wanted) const {
+  auto it = prefix_index_.find(wanted.hash);
   if (it == prefix_index_.end()) return std::nullopt;
   const PrefixKey& key = blocks_[it->second].prefix;
-  if (!std::equal(key.tokens.begin(), key.tokens.end(), tokens.begin(), tokens.end())) {
-    return std::nullopt;  // a 64-bit collision: never share a block with other tokens
+  // A 64-bit collision must never share a block of another namespace, tokens or content.
+  if (key.root != wanted.root || key.tokens != wanted.tokens || !(key.content == wanted.content)) {
+    return std::nullopt;
   }
   return it->second;
 }

@@ -25,16 +25,19 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "kvpool/pool/prefix_hash.h"
 
 namespace kvp {
 
 using BlockId = int32_t;
 using LeaseId = uint64_t;
 
-// A full block's place in the prefix chain (prefix_hash.h).
+// A full block's place in the prefix chain (prefix_hash.h). All but `hash` rule out collisions.
 struct PrefixKey {
   uint64_t hash = 0;
-  std::vector<int32_t> tokens;  // the block's token ids, to rule out hash collisions
+  uint64_t root = 0;            // its namespace
+  std::vector<int32_t> tokens;  // the block's token ids
+  TokenDigest content;          // what its K/V were made from
 };
 
 struct PoolCounts {
@@ -73,11 +76,14 @@ class BlockAllocator {
   absl::Status Release(LeaseId lease, BlockId block);
 
   // The committed block holding exactly this prefix, if any. Takes no reference.
-  std::optional<BlockId> FindPrefix(uint64_t hash, absl::Span<const int32_t> tokens) const;
+  std::optional<BlockId> FindPrefix(const PrefixKey& key) const;
 
   // Aborts every reservation and drops every reference of `lease` (its process died or its lease
   // expired). Returns the number of reservations and references dropped.
   int64_t ReleaseLease(LeaseId lease);
+
+  // Distinct blocks `lease` holds a reservation or a reference on.
+  int64_t HeldBy(LeaseId lease) const;
 
   bool IsCommitted(BlockId block) const;
   int32_t RefCount(BlockId block) const;

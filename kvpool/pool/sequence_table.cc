@@ -19,12 +19,22 @@ absl::StatusOr<SequenceTable::Sequence*> SequenceTable::Find(SeqId seq) {
 }
 
 absl::StatusOr<AppendPlan> SequenceTable::Append(SeqId seq, LeaseId lease,
-                                                 absl::Span<const int32_t> tokens) {
+                                                 absl::Span<const int32_t> tokens,
+                                                 absl::Span<const TokenDigest> digests,
+                                                 const std::optional<SharingScope>& scope) {
+  if (!digests.empty() && digests.size() != tokens.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("an append of ", tokens.size(), " tokens with ",
+                                                   digests.size(), " content digests"));
+  }
   auto [it, created] = seqs_.try_emplace(seq);
   Sequence& s = it->second;
   if (created) {
     s.owner = lease;
-    s.full_hash = kRootPrefixHash;
+    s.scope = scope.value_or(SharingScope());
+    s.full_hash = s.scope.root;
+  } else if (scope.has_value() && !(*scope == s.scope)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sequence ", seq, " was created in another cache namespace; it keeps that one"));
   } else if (s.owner != lease) {
     return absl::FailedPreconditionError(
         absl::StrCat("sequence ", seq, " belongs to lease ", s.owner, ", not ", lease));
@@ -36,16 +46,21 @@ absl::StatusOr<AppendPlan> SequenceTable::Append(SeqId seq, LeaseId lease,
   p.old_length = s.length;
   p.old_block_count = s.blocks.size();
   p.tokens.assign(tokens.begin(), tokens.end());
+  p.digests.assign(digests.begin(), digests.end());
   std::vector<BlockId>& blocks = s.blocks;  // changed in place; Abort undoes
   size_t next = 0;
 
-  // Prefix hits: only a sequence that starts empty can take whole committed blocks.
-  if (s.length == 0) {
-    uint64_t hash = s.full_hash;
+  // Prefix hits: only a shared sequence that starts empty can take whole committed blocks.
+  if (s.length == 0 && s.scope.shared) {
+    PrefixKey key;
+    key.hash = s.full_hash;
+    key.root = s.scope.root;
     while (tokens.size() - next >= static_cast<size_t>(block_size_)) {
-      const auto block_tokens = tokens.subspan(next, block_size_);
-      hash = ChainPrefixHash(hash, block_tokens);
-      const std::optional<BlockId> hit = allocator_->FindPrefix(hash, block_tokens);
+      key.tokens.assign(tokens.begin() + next, tokens.begin() + next + block_size_);
+      key.content = digests.empty() ? kSyntheticTokenDigest
+                                    : BlockDigest(digests.subspan(next, block_size_));
+      key.hash = ChainPrefixHash(key.hash, key.tokens, key.content);
+      const std::optional<BlockId> hit = allocator_->FindPrefix(key);
       if (!hit.has_value()) break;
       if (absl::Status ref = allocator_->AddRef(lease, *hit); !ref.ok()) {
         for (BlockId b : p.hit_blocks) allocator_->Release(lease, b).IgnoreError();
@@ -103,13 +118,21 @@ absl::Status SequenceTable::Commit(SeqId seq) {
   const size_t first = static_cast<size_t>(p.old_length / block_size_);
   std::vector<std::optional<PrefixKey>> keys(s->blocks.size() - first);
   int64_t pos = p.old_length;
-  for (int32_t token : p.tokens) {
-    s->tail.push_back(token);
+  for (size_t i = 0; i < p.tokens.size(); ++i) {
+    s->tail.push_back(p.tokens[i]);
+    s->tail_digests.push_back(p.digests.empty() ? kSyntheticTokenDigest : p.digests[i]);
     ++pos;
     if (pos % block_size_ == 0) {
-      s->full_hash = ChainPrefixHash(s->full_hash, s->tail);
-      keys[pos / block_size_ - 1 - first] = PrefixKey{s->full_hash, std::move(s->tail)};
+      const TokenDigest content = BlockDigest(s->tail_digests);
+      s->full_hash = ChainPrefixHash(s->full_hash, s->tail, content);
+      if (s->scope.shared) {
+        keys[pos / block_size_ - 1 - first] = PrefixKey{.hash = s->full_hash,
+                                                        .root = s->scope.root,
+                                                        .tokens = std::move(s->tail),
+                                                        .content = content};
+      }
       s->tail.clear();
+      s->tail_digests.clear();
     }
   }
   for (const auto& [old_block, copy] : p.plan.copies) {
@@ -162,6 +185,8 @@ absl::Status SequenceTable::Fork(SeqId src, SeqId dst, LeaseId lease) {
   copy.length = from->length;
   copy.full_hash = from->full_hash;
   copy.tail = from->tail;
+  copy.tail_digests = from->tail_digests;
+  copy.scope = from->scope;
   for (BlockId b : copy.blocks) RETURN_IF_ERROR(allocator_->AddRef(lease, b));
   seqs_.emplace(dst, std::move(copy));
   return absl::OkStatus();

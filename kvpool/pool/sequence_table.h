@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -19,10 +20,18 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kvpool/pool/block_allocator.h"
+#include "kvpool/pool/prefix_hash.h"
 
 namespace kvp {
 
 using SeqId = uint64_t;
+
+// How a new sequence's full blocks may be shared as prefix hits (prefix_hash.h).
+struct SharingScope {
+  uint64_t root = kRootPrefixHash;  // its namespace's chain root
+  bool shared = true;               // false: its blocks are never found by another sequence
+  friend bool operator==(const SharingScope&, const SharingScope&) = default;
+};
 
 struct AppendPlan {
   int32_t prefix_hit_tokens = 0;  // leading tokens already in committed blocks: not to be written
@@ -37,10 +46,15 @@ class SequenceTable {
   // REQUIRES: allocator outlives the table; block_size > 0.
   SequenceTable(BlockAllocator* allocator, int32_t block_size);
 
-  // Plans appending `tokens` to `seq` (created, owned by `lease`, when new). FAILED_PRECONDITION
-  // while an earlier append is pending or when `lease` does not own `seq`; RESOURCE_EXHAUSTED
-  // when the pool cannot hold it (nothing changes then).
-  absl::StatusOr<AppendPlan> Append(SeqId seq, LeaseId lease, absl::Span<const int32_t> tokens);
+  // Plans appending `tokens` to `seq` (created, owned by `lease`, when new), with one content
+  // digest per token (empty: all kSyntheticTokenDigest). `scope` is a new sequence's; for an
+  // existing one it must be the sequence's own (nullopt: whatever it is, or the default for a new
+  // one). FAILED_PRECONDITION while an earlier append is pending, when `lease` does not own
+  // `seq` or for another scope; INVALID_ARGUMENT for a digest count other than the token count;
+  // RESOURCE_EXHAUSTED when the pool cannot hold it (nothing changes then).
+  absl::StatusOr<AppendPlan> Append(SeqId seq, LeaseId lease, absl::Span<const int32_t> tokens,
+                                    absl::Span<const TokenDigest> digests = {},
+                                    const std::optional<SharingScope>& scope = std::nullopt);
 
   // Makes the pending append readable (and its full blocks findable by prefix).
   absl::Status Commit(SeqId seq);
@@ -76,6 +90,7 @@ class SequenceTable {
     int64_t old_length = 0;
     size_t old_block_count = 0;  // the blocks appended come after; a copy replaced the last
     std::vector<int32_t> tokens;  // appended, hits included
+    std::vector<TokenDigest> digests;  // one per token; empty: all synthetic
     AppendPlan plan;
     std::vector<BlockId> hit_blocks;  // blocks referenced by prefix hits
   };
@@ -85,6 +100,8 @@ class SequenceTable {
     int64_t length = 0;
     uint64_t full_hash = 0;     // chain hash of the last full block
     std::vector<int32_t> tail;  // tokens of the partial last block
+    std::vector<TokenDigest> tail_digests;  // and their digests
+    SharingScope scope;
     bool has_pending = false;
     Pending pending;
   };

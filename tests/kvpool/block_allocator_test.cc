@@ -13,7 +13,9 @@ namespace kvp {
 namespace {
 
 PrefixKey Key(std::vector<int32_t> tokens, uint64_t parent = kRootPrefixHash) {
-  return PrefixKey{ChainPrefixHash(parent, tokens), std::move(tokens)};
+  const uint64_t hash = ChainPrefixHash(parent, tokens, kSyntheticTokenDigest);
+  return PrefixKey{
+      .hash = hash, .root = kRootPrefixHash, .tokens = std::move(tokens), .content = {}};
 }
 
 TEST(BlockAllocatorTest, TwoPhaseWritesOnlyCommittedBlocksAreReadable) {
@@ -41,11 +43,11 @@ TEST(BlockAllocatorTest, ReleasedPrefixBlocksAreCachedThenEvictedLeastRecentFirs
   ASSERT_TRUE(a.Release(1, b[0]).ok());  // cached
   ASSERT_TRUE(a.Release(1, b[2]).ok());  // no prefix: free
   EXPECT_EQ(a.counts().cached, 2);
-  EXPECT_EQ(a.FindPrefix(Key({1}).hash, std::vector<int32_t>{1}), b[1]);
+  EXPECT_EQ(a.FindPrefix(Key({1})), b[1]);
   auto two = a.Reserve(2, 2).value();  // the free one, then evicts b[1] (oldest)
   EXPECT_EQ(two, (std::vector<BlockId>{b[2], b[1]}));
-  EXPECT_FALSE(a.FindPrefix(Key({1}).hash, std::vector<int32_t>{1}).has_value());
-  EXPECT_EQ(a.FindPrefix(Key({0}).hash, std::vector<int32_t>{0}), b[0]);
+  EXPECT_FALSE(a.FindPrefix(Key({1})).has_value());
+  EXPECT_EQ(a.FindPrefix(Key({0})), b[0]);
   // A prefix hit takes the cached block back into use.
   ASSERT_TRUE(a.AddRef(3, b[0]).ok());
   EXPECT_EQ(a.counts().cached, 0);
@@ -58,8 +60,23 @@ TEST(BlockAllocatorTest, PrefixLookupComparesTokensNotJustHashes) {
   auto b = a.Reserve(1, 1).value();
   PrefixKey key = Key({5, 6, 7});
   ASSERT_TRUE(a.Commit(1, b[0], key).ok());
-  EXPECT_EQ(a.FindPrefix(key.hash, std::vector<int32_t>{5, 6, 7}), b[0]);
-  EXPECT_FALSE(a.FindPrefix(key.hash, std::vector<int32_t>{5, 6, 8}).has_value());
+  EXPECT_EQ(a.FindPrefix(key), b[0]);
+  PrefixKey other_tokens = key;
+  other_tokens.tokens = {5, 6, 8};
+  EXPECT_FALSE(a.FindPrefix(other_tokens).has_value());
+}
+
+TEST(BlockAllocatorTest, PrefixLookupComparesNamespaceAndContentToo) {
+  BlockAllocator a(2);
+  auto b = a.Reserve(1, 1).value();
+  const PrefixKey key = Key({5, 6, 7});
+  ASSERT_TRUE(a.Commit(1, b[0], key).ok());
+  PrefixKey other_root = key;
+  other_root.root = 99;
+  EXPECT_FALSE(a.FindPrefix(other_root).has_value());
+  PrefixKey other_content = key;
+  other_content.content = TokenDigest{1, 2};
+  EXPECT_FALSE(a.FindPrefix(other_content).has_value());
 }
 
 TEST(BlockAllocatorTest, ReleasingALeaseReturnsItsReservationsAndReferences) {

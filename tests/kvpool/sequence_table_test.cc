@@ -89,6 +89,53 @@ TEST(SequenceTableTest, ANewSequenceReusesCommittedPrefixBlocks) {
   EXPECT_TRUE(a.CheckInvariants().ok());
 }
 
+TEST(SequenceTableTest, PrefixHitsNeedTheSameContentNotJustTheSameTokens) {
+  BlockAllocator a(16);
+  SequenceTable seqs(&a, 4);
+  std::vector<TokenDigest> mine(8), theirs(8);
+  for (uint64_t i = 0; i < 8; ++i) {
+    mine[i] = TokenDigest{i + 1, 7};
+    theirs[i] = TokenDigest{i + 1, 8};
+  }
+  ASSERT_TRUE(seqs.Append(1, 9, Tokens(8), mine).ok());
+  ASSERT_TRUE(seqs.Commit(1).ok());
+  // Same ids, other tensors: nothing shared. Same tensors: both blocks. Synthetic: nothing.
+  EXPECT_EQ(seqs.Append(2, 7, Tokens(8), theirs).value().prefix_hit_tokens, 0);
+  EXPECT_EQ(seqs.Append(3, 7, Tokens(8), mine).value().prefix_hit_tokens, 8);
+  EXPECT_EQ(seqs.Append(4, 7, Tokens(8)).value().prefix_hit_tokens, 0);
+  // A block whose second half differs shares only the first block.
+  std::vector<TokenDigest> half = mine;
+  half[6] = TokenDigest{99, 99};
+  EXPECT_EQ(seqs.Append(5, 7, Tokens(8), half).value().prefix_hit_tokens, 4);
+  EXPECT_EQ(seqs.Append(6, 7, Tokens(8), mine).status().code(), absl::StatusCode::kOk);
+  EXPECT_EQ(seqs.Append(7, 7, Tokens(8), std::vector<TokenDigest>(3)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(a.CheckInvariants().ok());
+}
+
+TEST(SequenceTableTest, NamespacesNeverShareAndUnsharedSequencesAreNeverFound) {
+  BlockAllocator a(16);
+  SequenceTable seqs(&a, 4);
+  const SharingScope red{.root = 111}, blue{.root = 222}, hidden{.root = 111, .shared = false};
+  ASSERT_TRUE(seqs.Append(1, 9, Tokens(8), {}, red).ok());
+  ASSERT_TRUE(seqs.Commit(1).ok());
+  EXPECT_EQ(seqs.Append(2, 7, Tokens(8), {}, blue).value().prefix_hit_tokens, 0);
+  EXPECT_EQ(seqs.Append(3, 7, Tokens(8)).value().prefix_hit_tokens, 0);
+  EXPECT_EQ(seqs.Append(4, 7, Tokens(8), {}, red).value().prefix_hit_tokens, 8);
+  // An unshared sequence takes no hits and leaves none.
+  EXPECT_EQ(seqs.Append(5, 7, Tokens(8), {}, hidden).value().prefix_hit_tokens, 0);
+  ASSERT_TRUE(seqs.Commit(5).ok());
+  ASSERT_TRUE(seqs.Release(1).ok());
+  ASSERT_TRUE(seqs.Abort(4).ok());
+  const SharingScope hidden_too = hidden;
+  EXPECT_EQ(seqs.Append(6, 7, Tokens(8), {}, hidden_too).value().prefix_hit_tokens, 0);
+  // A sequence keeps its namespace.
+  EXPECT_EQ(seqs.Append(5, 7, Tokens(1), {}, red).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_TRUE(seqs.Append(5, 7, Tokens(1)).ok());
+  EXPECT_TRUE(a.CheckInvariants().ok());
+}
+
 TEST(SequenceTableTest, ForkSharesBlocksAndCopiesThePartialBlockOnWrite) {
   BlockAllocator a(8);
   SequenceTable seqs(&a, 4);
