@@ -35,6 +35,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "base/flag_file.h"
 #include "base/malloc_tuning.h"
 #include "base/run_info.h"
 #include "base/status_macros.h"
@@ -286,8 +287,14 @@ int main(int argc, char** argv) {
       "kvpoolctl COMMAND [ARGS]: health, stats, prefill SEQ, decode SEQ, fork SRC DST, "
       "release SEQ, bench, bench-control, bench-decode, curve-keygen FILE");
   kvp::KeepFreedMemoryForReuse();
-  const std::vector<char*> args = absl::ParseCommandLine(argc, argv);
-  const absl::Status status = kvp::Run(args);
+  std::vector<std::string> storage;
+  const absl::StatusOr<std::vector<char*>> args =
+      kvp::ParseCommandLineWithFlagFiles(argc, argv, storage);
+  if (!args.ok()) {
+    std::fprintf(stderr, "kvpoolctl: %s\n", args.status().ToString().c_str());
+    return 2;
+  }
+  const absl::Status status = kvp::Run(*args);
   if (!status.ok()) {
     std::fprintf(stderr, "kvpoolctl: %s\n", status.ToString().c_str());
     return 1;

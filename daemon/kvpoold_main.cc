@@ -14,6 +14,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/flag_file.h"
 #include "base/malloc_tuning.h"
 #include "base/status_macros.h"
 #include "daemon/broker.h"
@@ -226,7 +227,11 @@ int main(int argc, char** argv) {
       "kvpoold: the kvpool daemon. Owns the KV-cache arena and brokers prefill and decode jobs.\n"
       "Example: kvpoold --backend=host --arena_mib=512 --layers=4");
   kvp::KeepFreedMemoryForReuse();
-  absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> storage;
+  if (auto args = kvp::ParseCommandLineWithFlagFiles(argc, argv, storage); !args.ok()) {
+    std::fprintf(stderr, "kvpoold: %s\n", args.status().ToString().c_str());
+    return 2;
+  }
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ kvpoold[%P] %v");
   const absl::Status status = kvp::Main();
   if (!status.ok()) {

@@ -6,9 +6,9 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
 
@@ -32,28 +32,41 @@ absl::StatusOr<std::string> DecodeZ85Key(absl::string_view text) {
   return raw;
 }
 
-// The keys of a file, one per line; blank lines and lines starting with '#' are skipped ('#' is a
-// Z85 character, so a comment cannot follow a key on its line).
+constexpr size_t kMaxKeyFileBytes = size_t{1} << 20;
+
 absl::StatusOr<std::vector<std::string>> KeyLines(const std::string& path) {
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   if (!in) {
     return absl::NotFoundError(
         absl::StrCat("cannot read CURVE key file ", path, ": ", std::strerror(errno)));
   }
-  std::vector<std::string> keys;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
-    const absl::string_view text = absl::StripAsciiWhitespace(line);
-    if (text.empty() || text.front() == '#') continue;
-    if (absl::Status valid = DecodeZ85Key(text).status(); !valid.ok()) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", number, ": ", valid.message()));
-    }
-    keys.emplace_back(text);
+  std::string text(kMaxKeyFileBytes + 1, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(text.size()));
+  text.resize(static_cast<size_t>(in.gcount()));
+  if (text.size() > kMaxKeyFileBytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CURVE key file ", path, " is over ", kMaxKeyFileBytes, " bytes"));
   }
-  return keys;
+  return ParseCurveKeyLines(text, path);
 }
 
 }  // namespace
+
+absl::StatusOr<std::vector<std::string>> ParseCurveKeyLines(absl::string_view text,
+                                                            absl::string_view path) {
+  std::vector<std::string> keys;
+  int number = 0;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++number;
+    const absl::string_view key = absl::StripAsciiWhitespace(line);
+    if (key.empty() || key.front() == '#') continue;
+    if (absl::Status valid = DecodeZ85Key(key).status(); !valid.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(path, ":", number, ": ", valid.message()));
+    }
+    keys.emplace_back(key);
+  }
+  return keys;
+}
 
 absl::StatusOr<CurveKeyPair> NewCurveKeyPair() {
   char public_key[kZ85KeyChars + 1], secret_key[kZ85KeyChars + 1];
@@ -86,7 +99,10 @@ absl::StatusOr<std::string> ReadCurveKeyFile(const std::string& path) {
 absl::StatusOr<std::vector<std::string>> ReadCurveKeyListFile(const std::string& path) {
   ASSIGN_OR_RETURN(std::vector<std::string> keys, KeyLines(path));
   std::vector<std::string> raw;
-  for (const std::string& key : keys) raw.push_back(*DecodeZ85Key(key));
+  for (const std::string& key : keys) {
+    ASSIGN_OR_RETURN(std::string bytes, DecodeZ85Key(key));
+    raw.push_back(std::move(bytes));
+  }
   return raw;
 }
 

@@ -31,6 +31,11 @@ absl::StatusOr<CurveKeyPair> CurveKeyPairFromSecret(const std::string& secret_ke
 // The one key in `path` (surrounding blank lines and comments allowed). NOT_FOUND for a missing
 // file, INVALID_ARGUMENT naming the file for anything but exactly one Z85 key.
 absl::StatusOr<std::string> ReadCurveKeyFile(const std::string& path);
+// The keys of a key file's text, one per line; blank lines and lines starting with '#' are
+// skipped ('#' is a Z85 character, so a comment cannot follow a key on its line). INVALID_ARGUMENT
+// naming `path`:line (never the key's text) for a line that is not a Z85 key.
+absl::StatusOr<std::vector<std::string>> ParseCurveKeyLines(absl::string_view text,
+                                                            absl::string_view path);
 // Every key in `path`, one per line, as 32 raw bytes each (what ZAP requests carry).
 absl::StatusOr<std::vector<std::string>> ReadCurveKeyListFile(const std::string& path);
 // Writes `key` and a newline to a new file of mode `mode`; ALREADY_EXISTS rather than overwrite.

@@ -8,6 +8,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "base/flag_file.h"
 #include "base/malloc_tuning.h"
 #include "protocol/endpoints.h"
 #include "worker/worker_loop.h"
@@ -31,7 +32,11 @@ int main(int argc, char** argv) {
       "kvpool-worker: runs kvpoold's prefill or decode jobs.\n"
       "Example: kvpool-worker --role=decode --gpu=0");
   kvp::KeepFreedMemoryForReuse();
-  absl::ParseCommandLine(argc, argv);
+  std::vector<std::string> storage;
+  if (auto args = kvp::ParseCommandLineWithFlagFiles(argc, argv, storage); !args.ok()) {
+    std::fprintf(stderr, "kvpool-worker: %s\n", args.status().ToString().c_str());
+    return 2;
+  }
   spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ kvpool-worker[%P] %v");
   kvp::WorkerOptions options;
   const std::string role = absl::GetFlag(FLAGS_role);

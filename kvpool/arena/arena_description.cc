@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "kvpool/layout/block_layout.h"
 
 namespace kvp {
 namespace {
@@ -97,8 +98,13 @@ absl::StatusOr<ArenaDescription> DecodeArenaDescription(absl::Span<const uint8_t
     return absl::InvalidArgumentError(absl::StrCat("arena description names ", chunks, " chunks"));
   }
   d.chunk_bytes.resize(chunks);
+  uint64_t total = 0;
   for (uint64_t& b : d.chunk_bytes) {
     if (!r.Get(&b)) return truncated();
+    if (b > UINT64_MAX - total) {
+      return absl::InvalidArgumentError("arena description's chunk sizes overflow");
+    }
+    total += b;
   }
   int32_t i32[4];
   uint8_t u8[5];
@@ -135,6 +141,14 @@ absl::StatusOr<ArenaDescription> DecodeArenaDescription(absl::Span<const uint8_t
   }
   if (!r.done()) return absl::InvalidArgumentError("arena description has trailing bytes");
   RETURN_IF_ERROR(ValidatePoolSpec(s));
+  // Every block an attaching process may touch must lie inside the chunks it maps.
+  ASSIGN_OR_RETURN(const BlockLayout layout, BlockLayout::Create(s));
+  const uint64_t stride = static_cast<uint64_t>(layout.block_stride());
+  if (d.num_blocks <= 0 || static_cast<uint64_t>(d.num_blocks) > d.total_bytes() / stride) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("arena description has ", d.num_blocks, " blocks of ", stride,
+                     " bytes in ", d.total_bytes(), " bytes of chunks"));
+  }
   return d;
 }
 

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kvpool/layout/block_layout.h"
 #include "kvpool/arena/host_arena.h"
 #include "kvpool/pool/block_allocator.h"
 #include "kvpool/pool/lease_table.h"
@@ -50,7 +51,8 @@ ArenaDescription Describe(const HostArena& arena) {
   d.kind = ArenaKind::kHost;
   d.epoch = 42;
   d.chunk_bytes = arena.chunk_sizes();
-  d.num_blocks = 16;
+  // As many blocks of the default spec as the arena holds.
+  d.num_blocks = static_cast<int64_t>(d.total_bytes()) / BlockLayout::Create(d.spec)->block_stride();
   return d;
 }
 
@@ -69,6 +71,24 @@ TEST(HostArenaTest, GrowsByChunksAtStableAddresses) {
   EXPECT_EQ(arena.GrowTo(9 << 20).code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(HostArena::Create(1000, 0, 1 << 20).status().code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ArenaDescriptionTest, MoreBlocksThanTheChunksHoldAreRefused) {
+  ArenaDescription d;
+  d.chunk_bytes = {1 << 20};
+  const int64_t fit = (1 << 20) / BlockLayout::Create(d.spec)->block_stride();
+  auto decode = [](const ArenaDescription& a) {
+    const std::string bytes = EncodeArenaDescription(a);
+    return DecodeArenaDescription(
+        absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()));
+  };
+  d.num_blocks = fit;
+  EXPECT_TRUE(decode(d).ok());
+  d.num_blocks = fit + 1;
+  EXPECT_EQ(decode(d).status().code(), absl::StatusCode::kInvalidArgument);
+  d.num_blocks = 1;
+  d.chunk_bytes = {~uint64_t{0}, 2};  // sizes that wrap around
+  EXPECT_EQ(decode(d).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ArenaDescriptionTest, RoundTripsAndRejectsDamage) {

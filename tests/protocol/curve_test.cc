@@ -90,5 +90,17 @@ TEST_F(CurveTest, BadKeyFilesAreErrorsNamingTheFile) {
   EXPECT_THAT(s.message(), HasSubstr(":2: a CURVE key holds characters that are not Z85"));
 }
 
+TEST(CurveKeyLinesTest, AreParsedLineByLineAndNeverEchoAKey) {
+  const CurveKeyPair pair = NewCurveKeyPair().value();
+  auto keys = ParseCurveKeyLines("# admitted\n\n  " + pair.public_key + "  \n", "clients");
+  ASSERT_TRUE(keys.ok()) << keys.status();
+  EXPECT_EQ(*keys, std::vector<std::string>{pair.public_key});
+  const std::string damaged = pair.secret_key.substr(0, 39) + "\x7f";
+  const absl::Status s = ParseCurveKeyLines("\n" + damaged + "\n", "secret").status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("secret:2"));
+  EXPECT_EQ(std::string(s.message()).find(damaged.substr(0, 20)), std::string::npos);
+}
+
 }  // namespace
 }  // namespace kvp
