@@ -593,7 +593,9 @@ void Broker::EndWorker(LeaseId lease, const std::string& why, Outbox& out) {
   if (!worker.job.has_value()) return;
   Job& job = jobs_.at(*worker.job);
   job.worker = 0;
-  if (job.attempts < options_.max_job_attempts && HasWorker(worker.role)) {
+  // A job whose client is gone is not tried again: nobody waits for it, and its blocks return
+  // only when it ends (a re-queued one might wait for a worker forever).
+  if (!job.client_gone && job.attempts < options_.max_job_attempts && HasWorker(worker.role)) {
     ++metrics_.jobs_requeued;
     queues_[static_cast<int>(worker.role)].push_front(*worker.job);
     return;

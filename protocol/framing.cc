@@ -75,11 +75,16 @@ absl::StatusOr<std::unique_ptr<ParsedEnvelope>> ParseEnvelope(std::vector<zmq::m
   capnp::ReaderOptions options;
   options.traversalLimitInWords = words * limits.traversal_words_per_message_word;
   options.nestingLimit = limits.nesting_limit;
+  absl::Status checked;
   kj::Maybe<kj::Exception> failure = kj::runCatchingExceptions([&] {
     // One full traversal under the tight limit: malformed pointers, aliasing amplification and
     // nesting fail here, not in the handlers.
     capnp::SegmentArrayMessageReader check(segments, options);
     check.getRoot<wire::Envelope>().totalSize();
+    // Then every field as the schema types it, within its bounds, on a reader of its own: what it
+    // reads (lists of zero-byte elements count their length) must not eat the handlers' budget.
+    capnp::SegmentArrayMessageReader typed(segments, options);
+    checked = CheckEnvelope(typed.getRoot<wire::Envelope>(), limits);
     // The handlers' reader: the message is known to be sound, and handlers read each part a
     // bounded number of times, so its limit only needs headroom over one traversal.
     options.traversalLimitInWords = words * limits.handler_reads_per_message_word;
@@ -97,8 +102,7 @@ absl::StatusOr<std::unique_ptr<ParsedEnvelope>> ParseEnvelope(std::vector<zmq::m
         absl::StrCat("schema version ", parsed->root_.getSchemaVersion(),
                      "; this build speaks version ", wire::SCHEMA_VERSION));
   }
-  // Every field as the schema types it, within its bounds: no handler's read can throw after it.
-  if (absl::Status checked = CheckEnvelope(parsed->root_, limits); !checked.ok()) return checked;
+  if (!checked.ok()) return checked;  // no handler's read can throw after it
   return parsed;
 }
 

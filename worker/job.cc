@@ -41,6 +41,13 @@ absl::StatusOr<PrefillWork> PrefillWorkFromWire(wire::PrefillJob::Reader job,
   PrefillWork w;
   w.sequence = job.getSequence();
   for (int32_t t : job.getTokens()) w.tokens.push_back(t);
+  // Positions are int32 in the kernels (and the synthetic model): the whole prefill must be.
+  const uint64_t first = job.getFirstPosition();
+  if (first > static_cast<uint64_t>(INT32_MAX) ||
+      job.getTokens().size() > static_cast<uint64_t>(INT32_MAX) - first) {
+    return absl::OutOfRangeError(absl::StrCat("prefill job starting at position ",
+                                              job.getFirstPosition(), " runs past 2^31 - 1"));
+  }
   w.first_position = static_cast<int64_t>(job.getFirstPosition());
   for (int64_t s : job.getSlotMapping()) {
     RETURN_IF_ERROR(CheckSlot(s, ctx));
@@ -92,8 +99,10 @@ absl::StatusOr<DecodeWork> DecodeWorkFromWire(wire::DecodeJob::Reader job, const
                                              "table does not match kvpoold's"));
     }
     step.block_table.assign(held.blocks().begin(), held.blocks().end());
-    if (BlocksForTokens(step.position + 1, ctx.spec.block_size) >
-        static_cast<int64_t>(step.block_table.size())) {
+    // Compared without arithmetic on the position: a hostile one near 2^64 must not wrap.
+    const uint64_t positions = static_cast<uint64_t>(step.block_table.size()) *
+                               static_cast<uint64_t>(ctx.spec.block_size);
+    if (s.getPosition() >= positions) {
       return absl::OutOfRangeError(absl::StrCat("sequence ", step.sequence, ": position ",
                                                 step.position, " is past its ",
                                                 step.block_table.size(), " blocks"));

@@ -30,7 +30,7 @@ absl::StatusOr<std::vector<BlockId>> BlockAllocator::Reserve(LeaseId lease, int 
   }
   std::vector<BlockId> out;
   out.reserve(n);
-  Holdings& h = leases_[lease];
+  LeaseHoldings& h = leases_[lease];
   for (int i = 0; i < n; ++i) {
     BlockId b;
     if (!free_.empty()) {
@@ -67,7 +67,7 @@ absl::Status BlockAllocator::Commit(LeaseId lease, BlockId block, std::optional<
     return absl::FailedPreconditionError(
         absl::StrCat("block ", block, " is not reserved by lease ", lease));
   }
-  Holdings& h = leases_[lease];
+  LeaseHoldings& h = leases_[lease];
   h.reserved.erase(block);
   ++h.refs[block];
   blk.state = State::kUsed;
@@ -175,7 +175,7 @@ std::optional<BlockId> BlockAllocator::FindPrefix(const PrefixKey& wanted) const
 int64_t BlockAllocator::ReleaseLease(LeaseId lease) {
   auto it = leases_.find(lease);
   if (it == leases_.end()) return 0;
-  Holdings h = std::move(it->second);
+  LeaseHoldings h = std::move(it->second);
   leases_.erase(it);
   int64_t dropped = 0;
   for (BlockId block : h.reserved) {
@@ -202,6 +202,14 @@ bool BlockAllocator::IsCommitted(BlockId block) const {
 
 int32_t BlockAllocator::RefCount(BlockId block) const {
   return block < 0 || block >= num_blocks() ? 0 : blocks_[block].refs;
+}
+
+absl::flat_hash_map<LeaseId, LeaseHoldings> BlockAllocator::Holdings() const {
+  absl::flat_hash_map<LeaseId, LeaseHoldings> out;
+  for (const auto& [lease, h] : leases_) {
+    if (!h.empty()) out.emplace(lease, h);
+  }
+  return out;
 }
 
 absl::Status BlockAllocator::CheckInvariants() const {

@@ -40,6 +40,14 @@ struct PrefixKey {
   TokenDigest content;          // what its K/V were made from
 };
 
+// What one lease holds: its reservations and its references (block -> count).
+struct LeaseHoldings {
+  absl::flat_hash_set<BlockId> reserved;
+  absl::flat_hash_map<BlockId, int32_t> refs;
+  bool empty() const { return reserved.empty() && refs.empty(); }
+  friend bool operator==(const LeaseHoldings&, const LeaseHoldings&) = default;
+};
+
 struct PoolCounts {
   int64_t free = 0;
   int64_t reserved = 0;
@@ -92,6 +100,9 @@ class BlockAllocator {
   // Checks invariants 1-4 over the whole pool; O(blocks). For tests and debug builds.
   absl::Status CheckInvariants() const;
 
+  // Every lease's holdings that are not empty, copied: for checks against the sequence tables.
+  absl::flat_hash_map<LeaseId, LeaseHoldings> Holdings() const;
+
  private:
   enum class State : uint8_t { kFree, kReserved, kUsed, kCached };
   struct Block {
@@ -102,10 +113,6 @@ class BlockAllocator {
     PrefixKey prefix;
     std::list<BlockId>::iterator lru;  // valid while cached
   };
-  struct Holdings {
-    absl::flat_hash_set<BlockId> reserved;
-    absl::flat_hash_map<BlockId, int32_t> refs;  // block -> references held
-  };
 
   absl::Status CheckBlock(BlockId block) const;
   void Evict(BlockId block);    // cached -> free-floating (caller reuses it)
@@ -115,7 +122,7 @@ class BlockAllocator {
   std::vector<BlockId> free_;
   std::list<BlockId> lru_;  // cached blocks, least recently released first
   absl::flat_hash_map<uint64_t, BlockId> prefix_index_;
-  absl::flat_hash_map<LeaseId, Holdings> leases_;
+  absl::flat_hash_map<LeaseId, LeaseHoldings> leases_;
   PoolCounts counts_;
 };
 

@@ -45,4 +45,9 @@ void Pool::EndLease(LeaseId lease) {
   blocks_.ReleaseLease(lease);
 }
 
+absl::Status Pool::CheckInvariants() const {
+  RETURN_IF_ERROR(blocks_.CheckInvariants());
+  return sequences_.CheckAgainst(blocks_);
+}
+
 }  // namespace kvp

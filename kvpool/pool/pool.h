@@ -36,6 +36,10 @@ class Pool {
   // Ends `lease` now (its holder left cleanly) and gives back all it held.
   void EndLease(LeaseId lease);
 
+  // The allocator's invariants and the tables' agreement with it (no block lost, none owned
+  // twice, reference counts equal to the tables). O(blocks): for tests and fuzzers.
+  absl::Status CheckInvariants() const;
+
  private:
   Pool(BlockLayout layout, int32_t num_blocks, const Clock* clock, int64_t lease_expiry_micros);
 

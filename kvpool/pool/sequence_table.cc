@@ -202,6 +202,40 @@ absl::Status SequenceTable::Release(SeqId seq) {
   return absl::OkStatus();
 }
 
+absl::Status SequenceTable::CheckAgainst(const BlockAllocator& allocator) const {
+  absl::flat_hash_map<LeaseId, LeaseHoldings> expected;
+  for (const auto& [id, s] : seqs_) {
+    LeaseHoldings& h = expected[s.owner];
+    const std::vector<BlockId>& reserved = s.pending.plan.reserved;
+    for (BlockId b : s.blocks) {
+      if (s.has_pending && std::find(reserved.begin(), reserved.end(), b) != reserved.end()) {
+        if (!h.reserved.insert(b).second) {
+          return absl::InternalError(absl::StrCat("block ", b, " is reserved twice in tables"));
+        }
+      } else {
+        ++h.refs[b];
+      }
+    }
+    if (s.has_pending) {
+      for (const auto& [old_block, copy] : s.pending.plan.copies) ++h.refs[old_block];
+    }
+  }
+  absl::erase_if(expected, [](const auto& e) { return e.second.empty(); });
+  const absl::flat_hash_map<LeaseId, LeaseHoldings> actual = allocator.Holdings();
+  if (expected.size() != actual.size()) {
+    return absl::InternalError(absl::StrCat(actual.size(), " leases hold blocks; the tables say ",
+                                            expected.size()));
+  }
+  for (const auto& [lease, h] : expected) {
+    auto it = actual.find(lease);
+    if (it == actual.end() || !(it->second == h)) {
+      return absl::InternalError(
+          absl::StrCat("lease ", lease, " holds other blocks than its sequences' tables say"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 int64_t SequenceTable::ForgetLease(LeaseId lease) {
   return static_cast<int64_t>(
       absl::erase_if(seqs_, [lease](const auto& entry) { return entry.second.owner == lease; }));

@@ -81,6 +81,11 @@ class SequenceTable {
   // True while an append is planned but neither committed nor aborted.
   absl::StatusOr<bool> HasPending(SeqId seq) const;
   bool Contains(SeqId seq) const { return seqs_.contains(seq); }
+
+  // OK when the allocator's holdings are exactly what the tables say: each lease reserves its
+  // pending appends' new blocks and references its sequences' other blocks (once per sequence),
+  // plus the block a pending copy-on-write replaced. O(blocks). For tests and fuzzers.
+  absl::Status CheckAgainst(const BlockAllocator& allocator) const;
   size_t size() const { return seqs_.size(); }
 
  private:

@@ -34,6 +34,12 @@ class BrokerTest : public ::testing::Test {
     broker_ = std::make_unique<Broker>(pool_.get(), &clock_, options);
   }
 
+  // Whatever a test did, no block is lost or owned twice and the tables agree with the allocator.
+  void TearDown() override {
+    const absl::Status s = pool_->CheckInvariants();
+    EXPECT_TRUE(s.ok()) << s;
+  }
+
   // Sends `message` from `from`; the messages the broker sends, parsed.
   std::vector<std::pair<std::string, std::unique_ptr<ParsedEnvelope>>> Send(
       const std::string& from, const EnvelopeBuilder& message) {

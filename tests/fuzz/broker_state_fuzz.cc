@@ -1,0 +1,216 @@
+// Fuzz target: random sequences of well-formed requests from several clients and workers into
+// kvpoold's broker (prefill with and without tensors, decode, engine append/commit/abort, fork,
+// release, heartbeats, worker register/done/failed, the clock running out leases), checking the
+// pool's invariants after every step: no block lost, none owned twice, reference counts equal to
+// the sequence tables, every message kvpoold sends well formed.
+#include <deque>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "protocol/activations_codec.h"
+#include "protocol/lists.h"
+#include "protocol/status_codec.h"
+#include "tests/fuzz/fuzz_input.h"
+#include "tests/fuzz/fuzz_service.h"
+
+namespace kvp::fuzz {
+namespace {
+
+constexpr const char* kClients[] = {"ipc/c0", "ipc/c1", "tcp/c2"};
+constexpr const char* kWorkers[] = {"ipc/prefill-0", "ipc/decode-0", "ipc/prefill-1"};
+constexpr wire::Role kWorkerRoles[] = {wire::Role::PREFILL, wire::Role::DECODE,
+                                       wire::Role::PREFILL};
+constexpr const char* kNamespaces[] = {"", "tenant-a"};
+
+struct PendingJob {
+  std::string worker;
+  uint64_t job = 0;
+  uint32_t steps = 0;  // decode jobs: outputs a report must carry
+};
+
+class Driver {
+ public:
+  explicit Driver(FuzzInput& in) : in_(in) {}
+
+  void Step() {
+    const std::string client = kClients[in_.Below(3)];
+    const uint64_t seq = in_.Below(6);
+    uint64_t id = next_id_++;
+    switch (in_.Below(13)) {
+      case 0: Deliver(client, Prefill(id, seq)); break;
+      case 1: Deliver(client, Decode(id)); break;
+      case 2: Deliver(client, Append(id, seq)); break;
+      case 3: {
+        EnvelopeBuilder m(id);
+        m.envelope().getBody().initCommit().setSequence(seq);
+        Deliver(client, m);
+        break;
+      }
+      case 4: {
+        EnvelopeBuilder m(id);
+        m.envelope().getBody().initAbort().setSequence(seq);
+        Deliver(client, m);
+        break;
+      }
+      case 5: {
+        EnvelopeBuilder m(id);
+        m.envelope().getBody().initRelease().setSequence(seq);
+        Deliver(client, m);
+        break;
+      }
+      case 6: {
+        EnvelopeBuilder m(id);
+        auto f = m.envelope().getBody().initFork();
+        f.setSource(seq);
+        f.setTarget(in_.Below(6));
+        Deliver(client, m);
+        break;
+      }
+      case 7: {
+        EnvelopeBuilder m(id);
+        if (in_.Bit()) {
+          m.envelope().getBody().initStats();
+        } else {
+          m.envelope().getBody().initHeartbeat().setLease(0);
+        }
+        Deliver(client, m);
+        break;
+      }
+      case 8: {
+        const int w = static_cast<int>(in_.Below(3));
+        Collect(service_.Register(kWorkers[w], kWorkerRoles[w]));
+        break;
+      }
+      case 9: case 10: Report(/*failed=*/in_.Below(4) == 0); break;
+      case 11: Collect(service_.Tick(static_cast<int64_t>(in_.Below(8)) * 500'000)); break;
+      case 12: {  // a worker's heartbeat keeps it alive while the clock runs
+        const int w = static_cast<int>(in_.Below(3));
+        if (auto it = leases_.find(kWorkers[w]); it != leases_.end()) {
+          EnvelopeBuilder m(id);
+          auto h = m.envelope().getBody().initHeartbeat();
+          h.setLease(it->second);
+          h.setEpoch(77);
+          Deliver(kWorkers[w], m);
+        }
+        break;
+      }
+    }
+    CheckOrDie(service_.Check(), "pool invariants");
+  }
+
+  void Finish() {
+    Collect(service_.Tick(60'000'000));  // every lease expires
+    CheckOrDie(service_.Check(), "pool invariants after every lease expired");
+    // Jobs still in flight keep their blocks until they end: end them all.
+    while (!jobs_.empty()) Report(true);
+    Collect(service_.Tick(60'000'000));
+    const PoolCounts c = service_.pool().blocks().counts();
+    if (c.reserved != 0 || c.used != 0) {
+      CheckOrDie(absl::InternalError(absl::StrCat(c.reserved, " reserved and ", c.used,
+                                                  " used blocks after every lease ended")),
+                 "leak");
+    }
+  }
+
+ private:
+  EnvelopeBuilder Prefill(uint64_t id, uint64_t seq) {
+    const int tokens = 1 + static_cast<int>(in_.Below(70));
+    const int32_t first = static_cast<int32_t>(in_.Below(3)) * 16;  // shared prefixes are likely
+    EnvelopeBuilder m = SyntheticPrefill(id, seq, tokens, first);
+    auto p = m.envelope().getBody().getPrefill();
+    p.setCacheNamespace(kNamespaces[in_.Below(2)]);
+    if (in_.Below(3) == 0) {  // client tensors, sometimes with a NaN
+      const PoolSpec spec = FuzzPoolSpec();
+      TokenActivations a;
+      const size_t row = size_t(spec.num_kv_heads) * spec.head_dim;
+      const uint8_t fill = in_.Byte();
+      for (int l = 0; l < spec.num_layers; ++l) {
+        a.k.emplace_back(tokens * row, Bf16{static_cast<uint16_t>(0x3F00 | (fill & 0x7F))});
+        a.v.emplace_back(tokens * row, Bf16{static_cast<uint16_t>(0x3E00 | (fill >> 1))});
+        a.index_k.emplace_back(tokens * 128, Bf16{0x3F80});
+      }
+      if (fill == 0xFF) a.v[0][0] = Bf16{0x7FC0};
+      ActivationsToWire(a, spec, static_cast<uint32_t>(tokens), p.initActivations());
+    }
+    return m;
+  }
+
+  EnvelopeBuilder Decode(uint64_t id) {
+    EnvelopeBuilder m(id);
+    auto d = m.envelope().getBody().initDecode();
+    const uint32_t n = 1 + in_.Below(3);
+    auto steps = d.initSteps(n);
+    for (uint32_t i = 0; i < n; ++i) {
+      steps[i].setSequence(in_.Below(6));
+      steps[i].setToken(static_cast<int32_t>(in_.Below(100)));
+    }
+    d.setOutputLayers(static_cast<wire::OutputLayers>(in_.Below(3)));
+    return m;
+  }
+
+  EnvelopeBuilder Append(uint64_t id, uint64_t seq) {
+    EnvelopeBuilder m(id);
+    auto a = m.envelope().getBody().initAppend();
+    a.setSequence(seq);
+    a.setCacheNamespace(kNamespaces[in_.Below(2)]);
+    const uint32_t n = 1 + in_.Below(40);
+    auto t = a.initTokens(n);
+    for (uint32_t i = 0; i < n; ++i) t.set(i, static_cast<int32_t>(i));
+    return m;
+  }
+
+  void Deliver(const std::string& from, const EnvelopeBuilder& m) { Collect(service_.Send(from, m)); }
+
+  // Remembers the jobs and leases the broker's messages hand out.
+  void Collect(Outbox out) {
+    std::vector<std::string> to;
+    for (const Outgoing& o : out) to.push_back(o.to);
+    std::vector<std::unique_ptr<ParsedEnvelope>> parsed = Replies(out);
+    for (size_t i = 0; i < parsed.size(); ++i) {
+      const auto body = parsed[i]->envelope().getBody();
+      if (body.isPrefillJob()) {
+        jobs_.push_back({to[i], body.getPrefillJob().getJob(), 0});
+      } else if (body.isDecodeJob()) {
+        jobs_.push_back({to[i], body.getDecodeJob().getJob(), body.getDecodeJob().getSteps().size()});
+      } else if (body.isRegisterReply()) {
+        leases_[to[i]] = body.getRegisterReply().getLease();
+      }
+    }
+  }
+
+  void Report(bool failed) {
+    if (jobs_.empty()) return;
+    const size_t pick = in_.Below(static_cast<uint32_t>(jobs_.size()));
+    const PendingJob job = jobs_[pick];
+    jobs_.erase(jobs_.begin() + static_cast<std::ptrdiff_t>(pick));
+    EnvelopeBuilder m(job.job);
+    if (failed) {
+      auto f = m.envelope().getBody().initJobFailed();
+      f.setJob(job.job);
+      StatusToWire(absl::InternalError("injected"), f.initError());
+    } else {
+      auto done = m.envelope().getBody().initJobDone();
+      done.setJob(job.job);
+      auto outputs = done.initOutputs(job.steps);
+      for (uint32_t i = 0; i < job.steps; ++i) outputs[i].setSequence(i);
+    }
+    Deliver(job.worker, m);
+  }
+
+  FuzzInput& in_;
+  FuzzService service_;
+  std::deque<PendingJob> jobs_;
+  std::map<std::string, LeaseId> leases_;
+  uint64_t next_id_ = 10;
+};
+
+}  // namespace
+}  // namespace kvp::fuzz
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  kvp::fuzz::FuzzInput in(data, size);
+  kvp::fuzz::Driver driver(in);
+  for (int step = 0; step < 200 && !in.done(); ++step) driver.Step();
+  driver.Finish();
+  return 0;
+}
