@@ -34,11 +34,13 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/flag_file.h"
 #include "base/malloc_tuning.h"
 #include "base/run_info.h"
 #include "base/status_macros.h"
+#include "client/calibrate.h"
 #include "client/client.h"
 #include "client/control_bench.h"
 #include "client/decode_bench.h"
@@ -77,9 +79,31 @@ ABSL_FLAG(std::string, curve_server_key, "",
 ABSL_FLAG(std::string, curve_secret_key, "",
           "tcp:// endpoints: file of this client's CURVE secret key (kvpoolctl curve-keygen)");
 ABSL_FLAG(int, wait_workers_ms, 30000, "bench: wait this long for a prefill and a decode worker");
+ABSL_FLAG(std::string, k_samples, "",
+          "calibrate: sample K, float32 [layers, tokens, kv_heads, head_dim]");
+ABSL_FLAG(std::string, v_samples, "", "calibrate: sample V, float32 as --k_samples");
+ABSL_FLAG(int, layers, 4, "calibrate: the pool's layers");
+ABSL_FLAG(int, head_dim, 128, "calibrate: the pool's head dimension");
+ABSL_FLAG(std::string, k_format, "fp8_e4m3", "calibrate: the pool's K format");
+ABSL_FLAG(std::string, v_format, "turbo3", "calibrate: the pool's V format");
+ABSL_FLAG(bool, v_rotation, true, "calibrate: the pool's TurboNV rotation");
 
 namespace kvp {
 namespace {
+
+// The per-layer settings the kernels run with, as kvpoold's flags would give them.
+std::string SettingsLine(const PoolSpec& spec, const ModelConfig& model) {
+  std::vector<float> k, v;
+  std::vector<int> windows;
+  for (int l = 0; l < spec.num_layers; ++l) {
+    k.push_back(spec.KScale(l));
+    v.push_back(spec.VScale(l));
+    windows.push_back(model.Window(l));
+  }
+  return absl::StrCat("k_scales=", absl::StrJoin(k, ","), " v_scales=", absl::StrJoin(v, ","),
+                      " sliding_windows=", absl::StrJoin(windows, ","),
+                      " sparse_v_threshold=", model.sparse_v_threshold);
+}
 
 absl::StatusOr<uint64_t> Number(const std::vector<char*>& args, size_t i, const char* what) {
   uint64_t v;
@@ -155,6 +179,19 @@ absl::Status Run(const std::vector<char*>& args) {
   if (args.size() < 2) return absl::InvalidArgumentError("no command; see --help");
   const std::string command = args[1];
   if (command == "curve-keygen") return CurveKeygen(args);
+  if (command == "calibrate") {
+    CalibrateOptions c;
+    c.k_samples = absl::GetFlag(FLAGS_k_samples);
+    c.v_samples = absl::GetFlag(FLAGS_v_samples);
+    c.layers = absl::GetFlag(FLAGS_layers);
+    c.head_dim = absl::GetFlag(FLAGS_head_dim);
+    ASSIGN_OR_RETURN(c.k_format, ParseKvFormat(absl::GetFlag(FLAGS_k_format)));
+    ASSIGN_OR_RETURN(c.v_format, ParseKvFormat(absl::GetFlag(FLAGS_v_format)));
+    c.v_rotation = absl::GetFlag(FLAGS_v_rotation);
+    ASSIGN_OR_RETURN(const std::string report, Calibrate(c));
+    std::fputs(report.c_str(), stdout);
+    return absl::OkStatus();
+  }
   ClientOptions options;
   options.endpoint = absl::GetFlag(FLAGS_endpoint);
   options.name = absl::GetFlag(FLAGS_name);
@@ -171,16 +208,24 @@ absl::Status Run(const std::vector<char*>& args) {
     std::printf("ready=%d draining=%d workers=%u epoch=%llu\npool: %s q_heads=%d topk=%d\n",
                 h.ready, h.draining, h.workers, static_cast<unsigned long long>(h.epoch),
                 h.spec.DebugString().c_str(), h.model.num_q_heads, h.model.topk);
+    std::printf("%s\nclient limits: max_blocks=%llu max_requests=%u\n",
+                SettingsLine(h.spec, h.model).c_str(),
+                static_cast<unsigned long long>(h.client_max_blocks), h.client_max_requests);
     return absl::OkStatus();
   }
   if (command == "stats") {
     ASSIGN_OR_RETURN(PoolStats s, client.Stats());
+    ASSIGN_OR_RETURN(PoolHealth h, client.Health());
     std::printf(
         "blocks: free=%llu reserved=%llu used=%llu cached=%llu\nprefix_hit_blocks=%llu "
-        "leases=%u sequences=%u\n",
+        "leases=%u sequences=%u rejected_nonfinite=%llu\nthis client: blocks=%llu of %llu, "
+        "requests in flight=%u of %u\n%s\n",
         (unsigned long long)s.blocks_free, (unsigned long long)s.blocks_reserved,
         (unsigned long long)s.blocks_used, (unsigned long long)s.blocks_cached,
-        (unsigned long long)s.prefix_hit_blocks, s.leases, s.sequences);
+        (unsigned long long)s.prefix_hit_blocks, s.leases, s.sequences,
+        (unsigned long long)s.rejected_nonfinite, (unsigned long long)s.client_blocks,
+        (unsigned long long)h.client_max_blocks, s.client_requests_in_flight,
+        h.client_max_requests, SettingsLine(h.spec, h.model).c_str());
     return absl::OkStatus();
   }
   if (command == "prefill") {
@@ -285,7 +330,7 @@ absl::Status Run(const std::vector<char*>& args) {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "kvpoolctl COMMAND [ARGS]: health, stats, prefill SEQ, decode SEQ, fork SRC DST, "
-      "release SEQ, bench, bench-control, bench-decode, curve-keygen FILE");
+      "release SEQ, bench, bench-control, bench-decode, curve-keygen FILE, calibrate");
   kvp::KeepFreedMemoryForReuse();
   std::vector<std::string> storage;
   const absl::StatusOr<std::vector<char*>> args =

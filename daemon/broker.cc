@@ -780,6 +780,15 @@ std::string Broker::MetricsText() const {
   g.jobs_queued = queues_[0].size() + queues_[1].size();
   g.jobs_running = jobs_.size() - g.jobs_queued;
   g.draining = draining_;
+  const PoolSpec& spec = pool_->layout().spec();
+  for (int l = 0; l < spec.num_layers; ++l) {
+    g.k_scales.push_back(spec.KScale(l));
+    g.v_scales.push_back(spec.VScale(l));
+    g.sliding_windows.push_back(options_.model.Window(l));
+  }
+  g.sparse_v_threshold = options_.model.sparse_v_threshold;
+  g.client_max_blocks = options_.client_max_blocks;
+  g.client_max_requests = options_.client_max_requests;
   return RenderPrometheus(metrics_, g);
 }
 

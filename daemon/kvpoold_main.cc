@@ -3,7 +3,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <type_traits>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -14,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "base/flag_file.h"
 #include "base/malloc_tuning.h"
 #include "base/status_macros.h"
@@ -51,6 +55,19 @@ ABSL_FLAG(std::string, k_format, "fp8_e4m3", "K format: bf16 or fp8_e4m3");
 ABSL_FLAG(std::string, v_format, "turbo3", "V format: bf16, turbo2, turbo3 or turbo4");
 ABSL_FLAG(bool, v_rotation, true, "TurboNV Walsh-Hadamard rotation of V");
 ABSL_FLAG(bool, indexer, true, "lightning-indexer sections (sparse decode); false: dense decode");
+ABSL_FLAG(std::string, k_scales, "",
+          "per-layer K scale (DESIGN.md §3: stored byte = E4M3(k / k_scale)): one value for every "
+          "layer or one per layer, comma-separated, finite and > 0; default 1 (kvpoolctl "
+          "calibrate picks them from sample K/V)");
+ABSL_FLAG(std::string, v_scales, "",
+          "per-layer V scale of the TurboNV group scales (keeps small V out of E4M3's subnormal "
+          "range): one value or one per layer, finite and > 0; default 1");
+ABSL_FLAG(std::string, sliding_windows, "",
+          "per-layer sliding window of dense decode (0: all positions): one value or one per "
+          "layer; needs --indexer=false");
+ABSL_FLAG(double, sparse_v_threshold, 0.0,
+          "sparse-V threshold τ >= 0: positions whose softmax weight is <= τ skip their V; 0: "
+          "exact");
 ABSL_FLAG(int, q_heads, 32, "query heads of the decode model");
 ABSL_FLAG(int, topk, 2048, "positions the indexer selects per layer");
 ABSL_FLAG(uint64_t, synthetic_seed, 0x6B76706F6F6Cull, "seed of the synthetic model");
@@ -88,6 +105,34 @@ absl::StatusOr<std::vector<T>> ParseIds(const std::string& text, const char* wha
   return ids;
 }
 
+// A per-layer flag's values: none (empty), one for every layer, or one per layer.
+template <typename T>
+absl::StatusOr<std::vector<T>> PerLayer(const std::string& text, int layers, const char* flag) {
+  std::vector<T> values;
+  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipWhitespace())) {
+    T v;
+    bool ok;
+    if constexpr (std::is_floating_point_v<T>) {
+      ok = absl::SimpleAtof(absl::StripAsciiWhitespace(part), &v) && std::isfinite(v) && v > 0;
+    } else {
+      ok = absl::SimpleAtoi(absl::StripAsciiWhitespace(part), &v) && v >= 0;
+    }
+    if (!ok) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, ": '", part, "' is not a ",
+          std::is_floating_point_v<T> ? "finite number > 0" : "whole number >= 0"));
+    }
+    values.push_back(v);
+  }
+  if (values.size() == 1) values.assign(layers, values.front());
+  if (!values.empty() && static_cast<int>(values.size()) != layers) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, " has ", values.size(),
+                                                   " values for ", layers,
+                                                   " layers: give one, or one per layer"));
+  }
+  return values;
+}
+
 absl::StatusOr<PoolSpec> SpecFromFlags() {
   PoolSpec spec;
   spec.num_layers = absl::GetFlag(FLAGS_layers);
@@ -98,6 +143,10 @@ absl::StatusOr<PoolSpec> SpecFromFlags() {
   ASSIGN_OR_RETURN(spec.v_format, ParseKvFormat(absl::GetFlag(FLAGS_v_format)));
   spec.v_rotation = absl::GetFlag(FLAGS_v_rotation);
   spec.indexer = absl::GetFlag(FLAGS_indexer);
+  ASSIGN_OR_RETURN(spec.k_scales,
+                   PerLayer<float>(absl::GetFlag(FLAGS_k_scales), spec.num_layers, "k_scales"));
+  ASSIGN_OR_RETURN(spec.v_scales,
+                   PerLayer<float>(absl::GetFlag(FLAGS_v_scales), spec.num_layers, "v_scales"));
   RETURN_IF_ERROR(ValidatePoolSpec(spec));
   return spec;
 }
@@ -152,8 +201,17 @@ absl::Status RemoteEndpointFromFlags(DaemonOptions& options) {
 
 absl::Status Main() {
   ASSIGN_OR_RETURN(PoolSpec spec, SpecFromFlags());
-  ModelConfig model{absl::GetFlag(FLAGS_q_heads), absl::GetFlag(FLAGS_topk),
-                    absl::GetFlag(FLAGS_synthetic_seed)};
+  ModelConfig model{.num_q_heads = absl::GetFlag(FLAGS_q_heads),
+                    .topk = absl::GetFlag(FLAGS_topk),
+                    .synthetic_seed = absl::GetFlag(FLAGS_synthetic_seed),
+                    .sliding_windows = {},
+                    .sparse_v_threshold = static_cast<float>(absl::GetFlag(FLAGS_sparse_v_threshold))};
+  ASSIGN_OR_RETURN(model.sliding_windows, PerLayer<int>(absl::GetFlag(FLAGS_sliding_windows),
+                                                        spec.num_layers, "sliding_windows"));
+  if (std::all_of(model.sliding_windows.begin(), model.sliding_windows.end(),
+                  [](int w) { return w == 0; })) {
+    model.sliding_windows.clear();  // all zero: no window anywhere
+  }
   RETURN_IF_ERROR(ValidateModelConfig(model, spec));
   const int64_t arena_mib = absl::GetFlag(FLAGS_arena_mib);
   if (arena_mib <= 0) return absl::InvalidArgumentError("--arena_mib must be positive");

@@ -66,6 +66,27 @@ std::string RenderPrometheus(const BrokerMetrics& m, const PoolGauges& g) {
   Header(out, "kvpool_draining", "gauge", "1 while kvpoold drains before exiting.");
   absl::StrAppend(&out, "kvpool_draining ", g.draining ? 1 : 0, "\n");
 
+  Header(out, "kvpool_layer_k_scale", "gauge", "K scale of each layer (stored = E4M3(k / scale)).");
+  for (size_t l = 0; l < g.k_scales.size(); ++l) {
+    absl::StrAppend(&out, "kvpool_layer_k_scale{layer=\"", l, "\"} ", Number(g.k_scales[l]), "\n");
+  }
+  Header(out, "kvpool_layer_v_scale", "gauge", "V scale of each layer's TurboNV group scales.");
+  for (size_t l = 0; l < g.v_scales.size(); ++l) {
+    absl::StrAppend(&out, "kvpool_layer_v_scale{layer=\"", l, "\"} ", Number(g.v_scales[l]), "\n");
+  }
+  Header(out, "kvpool_layer_sliding_window_tokens", "gauge",
+         "Sliding window of each layer's dense decode, in tokens (0: all positions).");
+  for (size_t l = 0; l < g.sliding_windows.size(); ++l) {
+    absl::StrAppend(&out, "kvpool_layer_sliding_window_tokens{layer=\"", l, "\"} ",
+                    g.sliding_windows[l], "\n");
+  }
+  Header(out, "kvpool_sparse_v_threshold", "gauge", "Sparse-V threshold tau (0: exact).");
+  absl::StrAppend(&out, "kvpool_sparse_v_threshold ", Number(g.sparse_v_threshold), "\n");
+  Header(out, "kvpool_client_max_blocks", "gauge", "Blocks one client may hold (0: no limit).");
+  absl::StrAppend(&out, "kvpool_client_max_blocks ", g.client_max_blocks, "\n");
+  Header(out, "kvpool_client_max_requests", "gauge",
+         "Prefill and decode requests one client may have in flight.");
+  absl::StrAppend(&out, "kvpool_client_max_requests ", g.client_max_requests, "\n");
   Header(out, "kvpool_requests_total", "counter", "Requests received, by kind.");
   for (const auto& [kind, n] : m.requests) {
     absl::StrAppend(&out, "kvpool_requests_total{kind=\"", kind, "\"} ", n, "\n");

@@ -57,6 +57,12 @@ struct PoolGauges {
   uint64_t jobs_queued = 0;
   uint64_t jobs_running = 0;
   bool draining = false;
+  // The settings the kernels run with, per layer, and the per-client limits.
+  std::vector<float> k_scales, v_scales;  // one per layer
+  std::vector<int> sliding_windows;       // one per layer; 0: none
+  float sparse_v_threshold = 0;
+  int64_t client_max_blocks = 0;
+  int client_max_requests = 0;
 };
 
 std::string RenderPrometheus(const BrokerMetrics& metrics, const PoolGauges& gauges);

@@ -1,5 +1,8 @@
 #include "protocol/spec_codec.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kernels/topk/topk_params.h"
@@ -31,6 +34,27 @@ absl::Status ValidateModelConfig(const ModelConfig& model, const PoolSpec& spec)
     return absl::InvalidArgumentError(
         absl::StrCat("top-k ", model.topk, " is outside [1, ", kMaxTopk, "]"));
   }
+  if (!model.sliding_windows.empty()) {
+    if (static_cast<int>(model.sliding_windows.size()) != spec.num_layers) {
+      return absl::InvalidArgumentError(absl::StrCat(model.sliding_windows.size(),
+                                                     " sliding windows for ", spec.num_layers,
+                                                     " layers: give one, or one per layer"));
+    }
+    for (int w : model.sliding_windows) {
+      if (w < 0) return absl::InvalidArgumentError(absl::StrCat("sliding window ", w, " < 0"));
+    }
+    if (spec.indexer && std::any_of(model.sliding_windows.begin(), model.sliding_windows.end(),
+                                    [](int w) { return w > 0; })) {
+      return absl::InvalidArgumentError(
+          "sliding windows need a pool without an indexer (dense decode): sparse decode attends "
+          "to the positions top-k selects");
+    }
+  }
+  if (!std::isfinite(model.sparse_v_threshold) || model.sparse_v_threshold < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the sparse-V threshold ",
+                                                   model.sparse_v_threshold,
+                                                   " is not a finite value >= 0"));
+  }
   return absl::OkStatus();
 }
 
@@ -52,11 +76,24 @@ void ModelConfigToWire(const ModelConfig& model, wire::Model::Builder out) {
   out.setNumQHeads(static_cast<uint32_t>(model.num_q_heads));
   out.setTopk(static_cast<uint32_t>(model.topk));
   out.setSyntheticSeed(model.synthetic_seed);
+  auto windows = out.initSlidingWindows(static_cast<unsigned>(model.sliding_windows.size()));
+  for (size_t l = 0; l < model.sliding_windows.size(); ++l) {
+    windows.set(static_cast<unsigned>(l), static_cast<uint32_t>(model.sliding_windows[l]));
+  }
+  out.setSparseVThreshold(model.sparse_v_threshold);
 }
 
 ModelConfig ModelConfigFromWire(wire::Model::Reader in) {
-  return ModelConfig{static_cast<int>(in.getNumQHeads()), static_cast<int>(in.getTopk()),
-                     in.getSyntheticSeed()};
+  ModelConfig model{.num_q_heads = static_cast<int>(in.getNumQHeads()),
+                    .topk = static_cast<int>(in.getTopk()),
+                    .synthetic_seed = in.getSyntheticSeed(),
+                    .sliding_windows = {},
+                    .sparse_v_threshold = in.getSparseVThreshold()};
+  for (uint32_t w : in.getSlidingWindows()) {
+    // A window past INT32_MAX attends to everything anyway.
+    model.sliding_windows.push_back(static_cast<int>(std::min<uint32_t>(w, INT32_MAX)));
+  }
+  return model;
 }
 
 void PoolSpecToWire(const PoolSpec& spec, wire::PoolSpec::Builder out) {

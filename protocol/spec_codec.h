@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "kernels/synthetic/synthetic_fill.h"
@@ -17,10 +18,17 @@ struct ModelConfig {
   int num_q_heads = 32;
   int topk = 2048;
   uint64_t synthetic_seed = 0x6B76706F6F6Cull;
+  // Per layer: > 0 attends to the last W positions only; empty: every layer attends to all.
+  // Dense decode only (pools without an indexer): sparse decode attends to what top-k selects.
+  std::vector<int> sliding_windows;
+  float sparse_v_threshold = 0.0f;  // τ of sparse-V (DESIGN.md §5); 0: exact dense softmax
+
+  int Window(int layer) const { return sliding_windows.empty() ? 0 : sliding_windows[layer]; }
 };
 
 // INVALID_ARGUMENT unless q heads are a positive multiple of the spec's kv heads (at most 16 per
-// kv head, DESIGN.md §5) and 1 <= topk <= kMaxTopk.
+// kv head, DESIGN.md §5), 1 <= topk <= kMaxTopk, the windows are none or one >= 0 per layer of a
+// pool without an indexer, and τ is finite and >= 0.
 absl::Status ValidateModelConfig(const ModelConfig& model, const PoolSpec& spec);
 
 void ModelConfigToWire(const ModelConfig& model, wire::Model::Builder out);

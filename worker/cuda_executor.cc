@@ -199,9 +199,18 @@ absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::Decode(const DecodeW
     const int slot = work.outputs == wire::OutputLayers::ALL ? l : 0;
     float* layer_out = static_cast<float*>(out) + slot * out_per_layer;
     int32_t* layer_topk = static_cast<int32_t*>(topk) + slot * topk_per_layer;
-    AttentionParams attn{
-        cache, static_cast<const Bf16*>(q), d_tables, stride,  d_lens, layer_out, n,
-        qh,    DefaultSoftmaxScale(d),      0.0f,     max_len, nullptr};
+    const AttentionParams attn{.cache = cache,
+                               .q = static_cast<const Bf16*>(q),
+                               .block_tables = d_tables,
+                               .block_table_stride = stride,
+                               .seq_lens = d_lens,
+                               .out = layer_out,
+                               .num_seqs = n,
+                               .num_q_heads = qh,
+                               .softmax_scale = DefaultSoftmaxScale(d),
+                               .sparse_v_threshold = ctx_.model.sparse_v_threshold,
+                               .max_seq_len = max_len,
+                               .skipped_tiles = nullptr};
     if (indexer) {
       RETURN_IF_ERROR(IndexerLogitsCuda(
           IndexerLogitsParams{cache, static_cast<const Bf16*>(idx_q),
@@ -214,7 +223,8 @@ absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::Decode(const DecodeW
       RETURN_IF_ERROR(
           SparseDecodeCuda(SparseDecodeParams{attn, layer_topk, k}, kernel_ws_, stream_));
     } else {
-      RETURN_IF_ERROR(PagedDecodeCuda(PagedDecodeParams{attn, 0}, kernel_ws_, stream_));
+      RETURN_IF_ERROR(
+          PagedDecodeCuda(PagedDecodeParams{attn, ctx_.model.Window(l)}, kernel_ws_, stream_));
     }
   }
   std::vector<float> host_out(out_layers * out_per_layer);

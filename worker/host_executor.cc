@@ -60,8 +60,18 @@ absl::StatusOr<std::vector<DecodeStepResult>> HostExecutor::Decode(const DecodeW
         cache, tokens.k.data(), tokens.v.data(),
         ctx_.spec.indexer ? tokens.index_k.data() : nullptr, batch.slots.data(), n}));
     FillDecodeQueryInputs(work, ctx_, l, &queries);
-    AttentionParams attn{cache, queries.q.data(),       tables, stride,  lens,   out.data(), n,
-                         qh,    DefaultSoftmaxScale(d), 0.0f,   max_len, nullptr};
+    const AttentionParams attn{.cache = cache,
+                               .q = queries.q.data(),
+                               .block_tables = tables,
+                               .block_table_stride = stride,
+                               .seq_lens = lens,
+                               .out = out.data(),
+                               .num_seqs = n,
+                               .num_q_heads = qh,
+                               .softmax_scale = DefaultSoftmaxScale(d),
+                               .sparse_v_threshold = ctx_.model.sparse_v_threshold,
+                               .max_seq_len = max_len,
+                               .skipped_tiles = nullptr};
     if (ctx_.spec.indexer) {
       logits.resize(static_cast<size_t>(n) * max_len);
       RETURN_IF_ERROR(IndexerLogitsRef(
@@ -70,7 +80,7 @@ absl::StatusOr<std::vector<DecodeStepResult>> HostExecutor::Decode(const DecodeW
       RETURN_IF_ERROR(TopkRef(TopkParams{logits.data(), lens, indices.data(), max_len, n, k}));
       RETURN_IF_ERROR(SparseDecodeRef(SparseDecodeParams{attn, indices.data(), k}));
     } else {
-      RETURN_IF_ERROR(PagedDecodeRef(PagedDecodeParams{attn, 0}));
+      RETURN_IF_ERROR(PagedDecodeRef(PagedDecodeParams{attn, ctx_.model.Window(l)}));
     }
     const bool returned =
         work.outputs == wire::OutputLayers::ALL ||

@@ -3,14 +3,19 @@
 // their timeout on a dead kvpoold, NaN stored as data, one client starving the others.
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cmath>
 #include <limits>
 #include <random>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "client/client.h"
+#include "kvpool/format/calibration.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "protocol/dealer.h"
@@ -208,6 +213,167 @@ TEST(HardeningTest, OneClientCannotTakeThePoolOrTheQueue) {
   }
   EXPECT_EQ(refused, 1);
   EXPECT_EQ(answered, 1);
+}
+
+std::vector<float> ToFloat(const std::vector<Bf16>& v) {
+  std::vector<float> f(v.size());
+  for (size_t i = 0; i < v.size(); ++i) f[i] = Bf16ToFloat(v[i]);
+  return f;
+}
+
+// One decode step after a prompt of client K (σ 1) and small V (σ 1e-3) on a kvpoold started
+// with `flags`: the outputs' relative L2 error against float attention over the same bf16 K/V
+// (every position is selected: the prompt is shorter than top-k). `v_scales` gets what
+// kvpoolctl calibrate would pick from the prompt's V.
+double SmallVDecodeError(std::vector<std::string> flags, bool calibrate) {
+  constexpr int kPrompt = 40;
+  auto probe = StartOrDie(flags);  // for the pool's shape
+  if (probe == nullptr) return -1;
+  Client client(probe->client_options("small-v"));
+  const PoolSpec spec = client.Health()->spec;
+  const ModelConfig model = client.Health()->model;
+  std::mt19937_64 rng(11);
+  const size_t row = size_t(spec.num_kv_heads) * spec.head_dim;
+  TokenActivations prompt, step;
+  for (int l = 0; l < spec.num_layers; ++l) {
+    prompt.k.push_back(RandomBf16(rng, kPrompt * row));
+    prompt.v.push_back(RandomBf16(rng, kPrompt * row, 1e-3f));
+    prompt.index_k.push_back(RandomBf16(rng, kPrompt * 128));
+    step.k.push_back(RandomBf16(rng, row));
+    step.v.push_back(RandomBf16(rng, row, 1e-3f));
+    step.index_k.push_back(RandomBf16(rng, 128));
+  }
+  if (calibrate) {
+    std::vector<std::string> scales;
+    for (int l = 0; l < spec.num_layers; ++l) {
+      scales.push_back(absl::StrCat(
+          CalibrateScale(ToFloat(prompt.v[l]), spec.head_dim, spec.v_format, spec.v_rotation)
+              .scale));
+    }
+    flags.push_back(absl::StrCat("--v_scales=", absl::StrJoin(scales, ",")));
+  }
+  probe.reset();
+  auto service = StartOrDie(flags);
+  if (service == nullptr) return -1;
+  Client c(service->client_options("small-v"));
+  const std::vector<int32_t> ids = Tokens(kPrompt, 1);
+  EXPECT_TRUE(c.Prefill(1, ids, &prompt, &spec).ok());
+  StepQueries q;
+  for (int l = 0; l < spec.num_layers; ++l) {
+    q.q.push_back(RandomBf16(rng, size_t(model.num_q_heads) * spec.head_dim));
+    q.index_q.push_back(RandomBf16(rng, 64 * 128));
+    q.head_weights.emplace_back(64, 1.0f / 64);
+  }
+  absl::StatusOr<DecodeResult> r =
+      c.Decode({DecodeStepRequest{1, 99, std::nullopt, &step, &q}}, wire::OutputLayers::ALL,
+               &spec, &model);
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return -1;
+  // Float attention over the bf16 K/V of positions 0..kPrompt (the step's own token included).
+  const int d = spec.head_dim, group = model.num_q_heads / spec.num_kv_heads;
+  double err = 0, norm = 0;
+  for (int l = 0; l < spec.num_layers; ++l) {
+    for (int h = 0; h < model.num_q_heads; ++h) {
+      const int g = h / group;
+      // Element i of kv head g at row p of one of the tensors.
+      const auto kv = [&](const std::vector<std::vector<Bf16>>& t, int p, int i) {
+        return Bf16ToFloat(t[l][(size_t(p) * spec.num_kv_heads + g) * d + i]);
+      };
+      std::vector<double> logits(kPrompt + 1), out(d, 0.0);
+      double top = -1e300, sum = 0;
+      for (int p = 0; p <= kPrompt; ++p) {
+        double dot = 0;
+        for (int i = 0; i < d; ++i) {
+          const float k = p < kPrompt ? kv(prompt.k, p, i) : kv(step.k, 0, i);
+          dot += double(Bf16ToFloat(q.q[l][size_t(h) * d + i])) * k;
+        }
+        logits[p] = dot / std::sqrt(double(d));
+        top = std::max(top, logits[p]);
+      }
+      for (int p = 0; p <= kPrompt; ++p) {
+        const double w = std::exp(logits[p] - top);
+        sum += w;
+        for (int i = 0; i < d; ++i) {
+          out[i] += w * (p < kPrompt ? kv(prompt.v, p, i) : kv(step.v, 0, i));
+        }
+      }
+      for (int i = 0; i < d; ++i) {
+        const double ref = out[i] / sum, got = r->steps[0].out[l][size_t(h) * d + i];
+        err += (got - ref) * (got - ref);
+        norm += ref * ref;
+      }
+    }
+  }
+  return std::sqrt(err / norm);
+}
+
+TEST(HardeningTest, SmallVKeepsItsAccuracyWithACalibratedVScale) {
+  const double plain = SmallVDecodeError({}, false);
+  const double calibrated = SmallVDecodeError({}, true);
+  std::printf("small-V decode error: %.4f at v_scale 1, %.4f calibrated\n", plain, calibrated);
+  EXPECT_GT(plain, 0.5);
+  EXPECT_LT(calibrated, 0.25);
+}
+
+TEST(HardeningTest, BadSettingsStopKvpooldWithAClearError) {
+  for (const std::vector<std::string>& flags :
+       std::vector<std::vector<std::string>>{{"--k_scales=0"},
+                                             {"--v_scales=nan"},
+                                             {"--k_scales=1,2,3"},  // the test pool has 2 layers
+                                             {"--sliding_windows=16"},  // with an indexer
+                                             {"--sparse_v_threshold=-1"},
+                                             {"--client_max_requests=0"}}) {
+    absl::StatusOr<int> exit = ServiceProcesses::RunDaemonToExit(flags, 20'000);
+    ASSERT_TRUE(exit.ok()) << flags[0] << ": " << exit.status();
+    EXPECT_NE(*exit, 0) << flags[0];
+  }
+}
+
+// Per layer, the outputs of one decode step of two 100-token prompts that differ only in the
+// token at position 3, on a dense-decode kvpoold started with `flags`.
+std::vector<std::vector<float>> TwoPromptsOutputs(std::vector<std::string> flags,
+                                                  std::vector<std::vector<float>>* other) {
+  flags.push_back("--indexer=false");
+  auto service = StartOrDie(flags);
+  if (service == nullptr) return {};
+  Client client(service->client_options("settings"));
+  std::vector<int32_t> b = Tokens(100, 1);
+  b[3] = 5000;
+  EXPECT_TRUE(client.Prefill(1, Tokens(100, 1)).ok());
+  EXPECT_TRUE(client.Prefill(2, b).ok());
+  absl::StatusOr<DecodeResult> r = client.Decode(
+      {DecodeStepRequest{1, 7, std::nullopt}, DecodeStepRequest{2, 7, std::nullopt}});
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok()) return {};
+  *other = r->steps[1].out;
+  return r->steps[0].out;
+}
+
+TEST(HardeningTest, SettingsReachTheKernelsAndAreReported) {
+  const std::vector<std::string> flags = {"--sliding_windows=8,0", "--k_scales=0.5",
+                                          "--sparse_v_threshold=0.001"};
+  {
+    auto service = StartOrDie({"--indexer=false", flags[0], flags[1], flags[2]});
+    ASSERT_NE(service, nullptr);
+    Client client(service->client_options("settings"));
+    absl::StatusOr<PoolHealth> h = client.Health();
+    ASSERT_TRUE(h.ok()) << h.status();
+    EXPECT_EQ(h->spec.k_scales, (std::vector<float>{0.5f, 0.5f}));
+    EXPECT_EQ(h->model.sliding_windows, (std::vector<int>{8, 0}));
+    EXPECT_FLOAT_EQ(h->model.sparse_v_threshold, 0.001f);
+  }
+  // Layer 0 attends to the last 8 positions only: position 3 cannot change its output; layer 1
+  // attends to all.
+  std::vector<std::vector<float>> b, b_exact;
+  const std::vector<std::vector<float>> a = TwoPromptsOutputs(flags, &b);
+  ASSERT_EQ(a.size(), 2u);
+  EXPECT_EQ(a[0], b[0]);
+  EXPECT_NE(a[1], b[1]);
+  // τ reaches the kernels: without it, the same step gives other outputs.
+  const std::vector<std::vector<float>> exact =
+      TwoPromptsOutputs({"--sliding_windows=8,0", "--k_scales=0.5"}, &b_exact);
+  ASSERT_EQ(exact.size(), 2u);
+  EXPECT_NE(exact[1], a[1]);
 }
 
 TEST(HardeningTest, NobodyWaitsOnADeadDaemonAndALostSequenceSaysSo) {
