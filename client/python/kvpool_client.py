@@ -9,6 +9,11 @@
 Every message is one Envelope framed as one ZeroMQ frame per Cap'n Proto segment (DESIGN.md §6).
 Error replies raise KvpoolError with the Abseil status code name. Nothing received is pickled or
 evaluated. Sequences belong to the client's name while kvpoold's client lease lasts.
+
+Nobody waits on a dead kvpoold: when the connection drops while a reply is awaited, or a message
+from another kvpoold epoch arrives first, the call raises KvpoolError("UNAVAILABLE") at once,
+naming the restart. Requests carry the epoch last heard from, so that a restarted kvpoold can say
+that a sequence was lost with its predecessor.
 """
 
 import itertools
@@ -82,7 +87,7 @@ class KvpoolClient:
     CURVE clients whose public key it lists (kvpoold --curve_clients_file)."""
 
     def __init__(self, endpoint=None, name=None, timeout_ms=120000, keep_alive_ms=5000,
-                 curve_server_key=None, curve_secret_key=None):
+                 curve_server_key=None, curve_secret_key=None, cache_namespace=""):
         self._context = zmq.Context.instance()
         self._socket = self._context.socket(zmq.DEALER)
         self._socket.setsockopt(zmq.LINGER, 0)
@@ -97,13 +102,24 @@ class KvpoolClient:
             self._socket.curve_serverkey = server
         # Waits are cut into keep_alive_ms slices with a heartbeat after each, so a long job does
         # not outlive this client's lease (as the C++ client does).
-        self._socket.setsockopt(zmq.RCVTIMEO, keep_alive_ms)
+        self._keep_alive_ms = keep_alive_ms
         self._timeout_s = timeout_ms / 1000.0
+        # The blocks of this client's prefills are shared only inside this namespace.
+        self._cache_namespace = cache_namespace
+        self._monitor = self._socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._epoch = 0             # of the kvpoold last heard from
+        self._reconnecting = False  # the connection dropped: adopt the next epoch quietly
         self._socket.connect(endpoint or default_endpoint())
         self._ids = itertools.count(1)
 
     def close(self):
+        self._socket.disable_monitor()
+        self._monitor.close()
         self._socket.close()
+
+    def _drop_stale_events(self):
+        while self._monitor.poll(0):
+            self._monitor.recv_multipart()
 
     def _call(self, kind, **fields):
         request_id = next(self._ids)
@@ -114,26 +130,52 @@ class KvpoolClient:
             setattr(body, key, value)
         return self._send_and_wait(envelope, request_id)
 
-    def _send_and_wait(self, envelope, request_id):
+    def _send(self, envelope):
+        envelope.epoch = self._epoch
         self._socket.send_multipart(envelope.to_segments())
+
+    def _send_and_wait(self, envelope, request_id):
+        self._drop_stale_events()
+        sent_to = 0 if self._reconnecting else self._epoch
+        self._send(envelope)
         deadline = time.monotonic() + self._timeout_s
+        poller = zmq.Poller()
+        poller.register(self._socket, zmq.POLLIN)
+        poller.register(self._monitor, zmq.POLLIN)
         while True:
-            try:
-                frames = self._socket.recv_multipart()
-            except zmq.Again:
+            ready = dict(poller.poll(self._keep_alive_ms))
+            if self._socket not in ready:
+                if self._monitor in ready:
+                    self._drop_stale_events()
+                    self._reconnecting = True
+                    raise KvpoolError("UNAVAILABLE",
+                                      "lost the connection to kvpoold (it stopped or restarted) "
+                                      "while waiting: the request may not have run; retry it")
                 if time.monotonic() > deadline:
-                    raise KvpoolError("DEADLINE_EXCEEDED", "no reply from kvpoold") from None
+                    raise KvpoolError("DEADLINE_EXCEEDED", "no reply from kvpoold")
                 beat = schema.Envelope.new_message(schemaVersion=schema.schemaVersion, requestId=0)
                 beat.body.init("heartbeat").lease = 0
-                self._socket.send_multipart(beat.to_segments())
+                self._send(beat)
                 continue
+            frames = self._socket.recv_multipart()
             reply = schema.Envelope.from_segments(frames, traversal_limit_in_words=
                                                   2 * sum(len(f) for f in frames) // 8)
             if reply.schemaVersion != schema.schemaVersion:
                 raise KvpoolError("FAILED_PRECONDITION",
                                   "kvpoold speaks schema version %d" % reply.schemaVersion)
+            if reply.epoch and (not self._epoch or self._reconnecting):
+                self._epoch, self._reconnecting = reply.epoch, False
             if reply.requestId != request_id:
-                continue  # a late reply to an earlier, timed-out call
+                # Another kvpoold answering something else: the one this request went to is gone.
+                if sent_to and reply.epoch and reply.epoch != sent_to:
+                    self._epoch = reply.epoch
+                    raise KvpoolError("UNAVAILABLE",
+                                      "kvpoold restarted (epoch %d -> %d) before answering "
+                                      "request %d; it was lost: retry it"
+                                      % (sent_to, reply.epoch, request_id))
+                continue  # a late reply to an earlier, timed-out call, or a heartbeat's
+            if reply.epoch:
+                self._epoch = reply.epoch
             which = reply.body.which()
             if which == "error":
                 raise KvpoolError(_code_name(reply.body.error.code), reply.body.error.message)
@@ -148,7 +190,8 @@ class KvpoolClient:
         return s
 
     def prefill(self, sequence, tokens):
-        _, r = self._call("prefill", sequence=sequence, tokens=list(tokens))
+        _, r = self._call("prefill", sequence=sequence, tokens=list(tokens),
+                          cacheNamespace=self._cache_namespace)
         return r
 
     def decode(self, steps, outputs="all"):

@@ -89,6 +89,20 @@ class PythonClientTest(unittest.TestCase):
         finally:
             remote.close()
 
+    def test_namespaces_keep_prefixes_apart(self):
+        tokens = list(range(7000, 7128))
+        red = kvpool_client.KvpoolClient("ipc://%s/kvpoold.sock" % self.dir, name="py-red",
+                                         timeout_ms=20000, cache_namespace="red")
+        try:
+            self.assertEqual(red.prefill(20, tokens)["prefixHitTokens"], 0)
+            self.assertEqual(self.client.prefill(21, tokens)["prefixHitTokens"], 0)
+            self.assertEqual(red.prefill(22, tokens)["prefixHitTokens"], 128)
+            for seq in (20, 22):
+                red.release(seq)
+            self.client.release(21)
+        finally:
+            red.close()
+
     def test_errors_are_typed(self):
         with self.assertRaises(kvpool_client.KvpoolError) as e:
             self.client.release(424242)
@@ -96,6 +110,42 @@ class PythonClientTest(unittest.TestCase):
         with self.assertRaises(kvpool_client.KvpoolError) as e:
             self.client.prefill(3, [])
         self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+
+
+
+
+class DeadDaemonTest(unittest.TestCase):
+    """A request in flight when kvpoold dies fails at once, not after the timeout."""
+
+    def test_a_dead_daemon_fails_the_waiting_call_at_once(self):
+        run_dir = tempfile.mkdtemp(prefix="kvpool-py-dead-")
+        common = ["--runtime_dir=" + run_dir]
+        daemon = subprocess.Popen([KVPOOLD, "--backend=host", "--arena_mib=64", "--layers=2",
+                                   "--topk=64", "--metrics_port=-1"] + common)
+        worker = subprocess.Popen([WORKER, "--role=prefill", "--backend=host"] + common)
+        client = kvpool_client.KvpoolClient("ipc://%s/kvpoold.sock" % run_dir, name="py-dead",
+                                            timeout_ms=60000)
+        try:
+            deadline = time.time() + 20
+            while client.health()["workers"] < 1:
+                self.assertLess(time.time(), deadline, "the worker did not register")
+                time.sleep(0.05)
+            worker.send_signal(signal.SIGSTOP)  # the prefill below cannot finish
+            killer = subprocess.Popen(["sh", "-c", "sleep 0.5; kill -9 %d" % daemon.pid])
+            started = time.monotonic()
+            with self.assertRaises(kvpool_client.KvpoolError) as e:
+                client.prefill(1, list(range(100)))
+            self.assertEqual(e.exception.code, "UNAVAILABLE")
+            self.assertIn("lost the connection", e.exception.message)
+            self.assertLess(time.monotonic() - started, 30)
+            killer.wait()
+        finally:
+            client.close()
+            worker.send_signal(signal.SIGCONT)
+            for p in (daemon, worker):
+                p.kill()
+                p.wait()
+            shutil.rmtree(run_dir, ignore_errors=True)
 
 
 if __name__ == "__main__":
