@@ -4,6 +4,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <zmq_addon.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
@@ -11,6 +12,8 @@
 #include "gtest/gtest.h"
 #include "protocol/curve.h"
 #include "protocol/dealer.h"
+#include "protocol/status_codec.h"
+#include "tests/integration/malformed_messages.h"
 #include "tests/integration/service_processes.h"
 
 namespace kvp::testing {
@@ -118,6 +121,26 @@ TEST(RemoteClientTest, PeersCannotTakeNamesAcrossEndpointsAndRemotesCannotRegist
   const absl::Status s = dealer.Call(request, 5000).status();
   EXPECT_TRUE(absl::IsPermissionDenied(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("local ipc:// endpoint"));
+}
+
+TEST(RemoteClientTest, MalformedMessagesFromAnAdmittedKeyGetTypedErrors) {
+  RemoteService service;
+  ASSERT_NE(service.processes, nullptr);
+  zmq::context_t context(1);
+  const CurveClientKeys keys = service.keys.listed();
+  Dealer raw(context, service.endpoint, "", &keys);
+  for (const MalformedMessage& m : MalformedMessages()) {
+    std::vector<zmq::message_t> frames;
+    for (const std::string& f : m.frames) frames.emplace_back(f.data(), f.size());
+    ASSERT_TRUE(zmq::send_multipart(raw.socket(), frames).has_value());
+    absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = raw.Receive(10'000);
+    ASSERT_TRUE(reply.ok()) << m.what << ": " << reply.status();
+    const auto body = (*reply)->envelope().getBody();
+    ASSERT_TRUE(body.isError()) << m.what;
+    EXPECT_TRUE(absl::IsInvalidArgument(StatusFromWire(body.getError()))) << m.what;
+  }
+  Client remote(service.Remote("after", keys));
+  EXPECT_TRUE(remote.Prefill(1, std::vector<int32_t>(30, 2)).ok()) << "kvpoold still serves";
 }
 
 TEST(RemoteClientTest, KvpooldRefusesToStartAnUnauthenticatedTcpEndpoint) {
