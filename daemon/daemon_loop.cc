@@ -129,7 +129,12 @@ absl::Status DaemonLoop::Run() {
   const auto drain = [&](zmq::socket_t& socket, absl::string_view prefix) {
     for (int i = 0; i < 256; ++i) {
       std::vector<zmq::message_t> frames;
-      if (!zmq::recv_multipart(socket, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
+      try {
+        if (!zmq::recv_multipart(socket, std::back_inserter(frames), zmq::recv_flags::dontwait)) {
+          break;
+        }
+      } catch (const zmq::error_t& e) {  // a signal, or a peer's connection torn mid-message
+        spdlog::warn("receiving a message: {}", e.what());
         break;
       }
       if (frames.size() < 2) continue;  // an identity with nothing after it
