@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Merges `kvpool-bench kernels --json` with `torch_baselines.py --json` into one results file and
-prints the README table (each kvpool row next to PyTorch's equivalent at the same shape).
+prints the results table of docs/benchmarks.md (each kvpool row next to PyTorch's equivalent at the same shape).
 
   python3 bench/report.py KERNELS.json TORCH.json OUT.json
 """
