@@ -1,11 +1,11 @@
 // Host/device portability for code shared by the CPU references and the CUDA kernels.
 //
 // Format arithmetic (E4M3, bf16, TurboNV, indexer quantization, the synthetic generator) lives in
-// headers that both g++ and nvcc compile. DESIGN.md §3 requires GPU writes to be bit-identical to
-// the CPU, so every float operation whose rounding matters goes through MulRn/AddRn/DivRn/SqrtRn:
-// on the device they are the explicitly rounded intrinsics (nvcc can never fuse them into an FMA),
-// on the host plain operators (the host build uses -ffp-contract=off). Fma is the one fused
-// operation the formats use (sums of squares), and it is fused on both sides.
+// headers that both g++ and nvcc compile. docs/design.md §3 requires GPU writes to be bit-identical
+// to the CPU, so every float operation whose rounding matters goes through MulRn, AddRn, DivRn or
+// SqrtRn: on the device they are the explicitly rounded intrinsics (nvcc can never fuse them into
+// an FMA), on the host plain operators (the host build uses -ffp-contract=off). Fma is the one
+// fused operation the formats use (sums of squares), and it is fused on both sides.
 #pragma once
 
 #include <cmath>

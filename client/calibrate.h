@@ -1,5 +1,5 @@
-// kvpoolctl calibrate: per-layer k_scale and v_scale from sample K/V (DESIGN.md §3), printed as
-// the kvpoold flags that use them.
+// kvpoolctl calibrate: per-layer k_scale and v_scale from sample K/V (docs/design.md §3), printed
+// as the kvpoold flags that use them.
 #pragma once
 
 #include <string>

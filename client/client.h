@@ -1,4 +1,4 @@
-// The C++ client of kvpoold (DESIGN.md §6): synchronous calls for every request, plus Send and
+// The C++ client of kvpoold (docs/design.md §6): synchronous calls for every request, plus Send and
 // Receive for callers that keep many requests in flight (kvpoolctl bench).
 //
 // A client's sequences belong to its lease, which kvpoold keys by the client's name (its ZeroMQ

@@ -1,7 +1,8 @@
 # Helpers that make every kvpool target the same way: explicit sources, C++20, our warnings as
-# errors, no floating-point contraction on the host (DESIGN.md §3: writes must be bit-exact).
+# errors, no floating-point contraction on the host (docs/design.md §3: writes must be bit-exact).
 
-option(KVP_WERROR "Treat warnings as errors (off for other compilers' builds, e.g. the fuzzers')" ON)
+# Off for builds with another compiler, such as the fuzzers' (clang warns of other things).
+option(KVP_WERROR "Treat warnings as errors" ON)
 set(KVP_CXX_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor)
 if(KVP_WERROR)
   list(APPEND KVP_CXX_WARNINGS -Werror)

@@ -1,4 +1,4 @@
-// The Broker: kvpoold's request logic, apart from sockets and threads (DESIGN.md §6, §7).
+// The Broker: kvpoold's request logic, apart from sockets and threads (docs/design.md §6, §7).
 //
 // It owns no memory: it plans appends on the Pool, sends jobs to workers, commits on success,
 // aborts on failure and answers clients. Every message in is one Handle call, every message out

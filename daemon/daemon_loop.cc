@@ -87,7 +87,7 @@ absl::Status DaemonLoop::Run() {
     return absl::InvalidArgumentError(
         absl::StrCat("endpoint ", options_.endpoint,
                      ": the local endpoint is ipc://; serve remote clients "
-                     "with --tcp_endpoint, which requires CURVE keys (DESIGN.md §8)"));
+                     "with --tcp_endpoint, which requires CURVE keys (docs/design.md §8)"));
   }
   ASSIGN_OR_RETURN(FdChannelServer fd_channel,
                    FdChannelServer::Listen(options_.fd_channel_path, options_.allow));

@@ -1,4 +1,4 @@
-// kvpoold's HTTP endpoint (DESIGN.md §9): GET /metrics (Prometheus text) and GET /healthz (200
+// kvpoold's HTTP endpoint (docs/design.md §9): GET /metrics (Prometheus text) and GET /healthz (200
 // while serving, 503 while draining). It runs on its own thread and serves the copy the daemon's
 // loop last published, so it never touches the broker.
 #pragma once

@@ -1,5 +1,5 @@
-// kvpoold: owns one pool's arena and serves requests and workers (DESIGN.md §1). Flags may come
-// from a file (--flagfile=/etc/kvpool/kvpoold.flags); see deploy/.
+// kvpoold: owns one pool's arena and serves requests and workers (docs/design.md §1). Flags may
+// come from a file (--flagfile=/etc/kvpool/kvpoold.flags); see deploy/.
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -37,7 +37,7 @@ ABSL_FLAG(std::string, runtime_dir, "",
           "/run/kvpool for root, else $XDG_RUNTIME_DIR/kvpool or /tmp/kvpool-<uid>");
 ABSL_FLAG(std::string, endpoint, "", "ZeroMQ endpoint; default ipc://<runtime_dir>/kvpoold.sock");
 ABSL_FLAG(std::string, tcp_endpoint, "",
-          "also serve remote clients at tcp://HOST:PORT, CURVE only (DESIGN.md §8): needs "
+          "also serve remote clients at tcp://HOST:PORT, CURVE only (docs/design.md §8): needs "
           "--curve_secret_key_file and --curve_clients_file");
 ABSL_FLAG(std::string, curve_secret_key_file, "",
           "kvpoold's CURVE secret key, Z85 (kvpoolctl curve-keygen makes one)");
@@ -56,8 +56,8 @@ ABSL_FLAG(std::string, v_format, "turbo3", "V format: bf16, turbo2, turbo3 or tu
 ABSL_FLAG(bool, v_rotation, true, "TurboNV Walsh-Hadamard rotation of V");
 ABSL_FLAG(bool, indexer, true, "lightning-indexer sections (sparse decode); false: dense decode");
 ABSL_FLAG(std::string, k_scales, "",
-          "per-layer K scale (DESIGN.md §3: stored byte = E4M3(k / k_scale)): one value for every "
-          "layer or one per layer, comma-separated, finite and > 0; default 1 (kvpoolctl "
+          "per-layer K scale (docs/design.md §3: stored byte = E4M3(k / k_scale)): one value for "
+          "every layer or one per layer, comma-separated, finite and > 0; default 1 (kvpoolctl "
           "calibrate picks them from sample K/V)");
 ABSL_FLAG(std::string, v_scales, "",
           "per-layer V scale of the TurboNV group scales (keeps small V out of E4M3's subnormal "
@@ -184,7 +184,7 @@ absl::Status RemoteEndpointFromFlags(DaemonOptions& options) {
   if (secret_file.empty() || clients_file.empty()) {
     return absl::InvalidArgumentError(
         "--tcp_endpoint needs --curve_secret_key_file and --curve_clients_file: remote clients "
-        "must be authenticated (DESIGN.md §8)");
+        "must be authenticated (docs/design.md §8)");
   }
   ASSIGN_OR_RETURN(const std::string secret, ReadCurveKeyFile(secret_file));
   ASSIGN_OR_RETURN(const CurveKeyPair keys, CurveKeyPairFromSecret(secret));
@@ -201,11 +201,12 @@ absl::Status RemoteEndpointFromFlags(DaemonOptions& options) {
 
 absl::Status Main() {
   ASSIGN_OR_RETURN(PoolSpec spec, SpecFromFlags());
+  const float tau = static_cast<float>(absl::GetFlag(FLAGS_sparse_v_threshold));
   ModelConfig model{.num_q_heads = absl::GetFlag(FLAGS_q_heads),
                     .topk = absl::GetFlag(FLAGS_topk),
                     .synthetic_seed = absl::GetFlag(FLAGS_synthetic_seed),
                     .sliding_windows = {},
-                    .sparse_v_threshold = static_cast<float>(absl::GetFlag(FLAGS_sparse_v_threshold))};
+                    .sparse_v_threshold = tau};
   ASSIGN_OR_RETURN(model.sliding_windows, PerLayer<int>(absl::GetFlag(FLAGS_sliding_windows),
                                                         spec.num_layers, "sliding_windows"));
   if (std::all_of(model.sliding_windows.begin(), model.sliding_windows.end(),

@@ -1,5 +1,5 @@
-// kvpoold's metrics (DESIGN.md §9) and their Prometheus text form. The broker's loop updates them;
-// the HTTP thread serves a rendered copy (daemon/http_endpoint.h), so nothing here is shared.
+// kvpoold's metrics (docs/design.md §9) and their Prometheus text form. The broker's loop updates
+// them; the HTTP thread serves a rendered copy (daemon/http_endpoint.h), so nothing here is shared.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 // Admits a CURVE client of kvpoold's tcp:// endpoint only when its public key is on the allow
-// list (DESIGN.md §8). ZeroMQ asks about every handshake over the ZAP protocol (ZeroMQ RFC 27) on
-// inproc://zeromq.zap.01 of the socket's context; without a handler there, any client that knows
+// list (docs/design.md §8). ZeroMQ asks about every handshake over the ZAP protocol (ZeroMQ RFC 27)
+// on inproc://zeromq.zap.01 of the socket's context; without a handler there, any client that knows
 // kvpoold's public key would get in. The daemon loop polls socket() and calls AnswerOne.
 #pragma once
 

@@ -1,6 +1,6 @@
-// CURVE keys for kvpoold's tcp:// endpoint (DESIGN.md §8): kvpoold holds a secret key and a list
-// of the client public keys it admits; a client holds kvpoold's public key and its own key pair.
-// Keys are ZeroMQ's Z85 text, 40 characters for 32 bytes, one per file (or per line of the
+// CURVE keys for kvpoold's tcp:// endpoint (docs/design.md §8): kvpoold holds a secret key and a
+// list of the client public keys it admits; a client holds kvpoold's public key and its own key
+// pair. Keys are ZeroMQ's Z85 text, 40 characters for 32 bytes, one per file (or per line of the
 // allow list; a line starting with '#' is a comment), so they can be made by `kvpoolctl
 // curve-keygen`, by zmq_curve_keypair or by pyzmq and handed around as text.
 #pragma once

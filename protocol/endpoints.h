@@ -1,5 +1,5 @@
-// Where kvpoold listens by default (DESIGN.md §8): a runtime directory of mode 0700 holding the
-// ZeroMQ socket and the fd channel. One place, so the daemon, workers and clients agree.
+// Where kvpoold listens by default (docs/design.md §8): a runtime directory of mode 0700 holding
+// the ZeroMQ socket and the fd channel. One place, so the daemon, workers and clients agree.
 #pragma once
 
 #include <string>

@@ -1,5 +1,5 @@
-// Bad values are refused, not computed with (DESIGN.md §7): NaN or Inf in a client's tensors would
-// be stored (E4M3 keeps NaN) and poison every later decode that selects the position.
+// Bad values are refused, not computed with (docs/design.md §7): NaN or Inf in a client's tensors
+// would be stored (E4M3 keeps NaN) and poison every later decode that selects the position.
 #pragma once
 
 #include "absl/status/status.h"

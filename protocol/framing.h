@@ -1,4 +1,4 @@
-// Envelopes as ZeroMQ multipart messages (DESIGN.md §6): one frame per Cap'n Proto segment.
+// Envelopes as ZeroMQ multipart messages (docs/design.md §6): one frame per Cap'n Proto segment.
 //
 // Sending is zero-copy: the frames point into the builder's segments, and the builder lives until
 // ZeroMQ has released the last of them. Reading enforces WireLimits before and while it reads:
@@ -65,8 +65,8 @@ class ParsedEnvelope {
 
 // INVALID_ARGUMENT for anything that is not a well-formed Envelope within `limits` (the message
 // says which limit or which part), including every field CheckEnvelope (message_check.h) refuses:
-// a parsed envelope reads without exceptions. FAILED_PRECONDITION for another schema version. When the
-// envelope was readable, *request_id (if given) is its request id even on error, so the error
+// a parsed envelope reads without exceptions. FAILED_PRECONDITION for another schema version. When
+// the envelope was readable, *request_id (if given) is its request id even on error, so the error
 // reply can carry it; otherwise 0.
 absl::StatusOr<std::unique_ptr<ParsedEnvelope>> ParseEnvelope(std::vector<zmq::message_t> frames,
                                                               const WireLimits& limits = {},

@@ -1,4 +1,4 @@
-// The last line of the boundary (DESIGN.md §7): a handler run under RunGuarded cannot take its
+// The last line of the boundary (docs/design.md §7): a handler run under RunGuarded cannot take its
 // process down. Messages are checked before handlers read them (message_check.h), and handlers
 // return Status; this catches what slips past both (a kj::Exception from a read, std::bad_alloc,
 // a bad StatusOr's value()) and turns it into INTERNAL for that one request.

@@ -1,4 +1,4 @@
-# The kvpool wire protocol (DESIGN.md §6), schema version 1. Every message on a kvpool ZeroMQ
+# The kvpool wire protocol (docs/design.md §6), schema version 1. Every message on a kvpool ZeroMQ
 # socket is one Envelope, framed as one ZeroMQ frame per Cap'n Proto segment (protocol/framing.h).
 # Installed with the headers so clients in other languages build against the same file.
 #
@@ -32,7 +32,7 @@ const maxForgotten :UInt32 = 4194304;       # sequences a worker is told to forg
 const maxNameBytes :UInt32 = 256;           # cache namespaces, file paths, error texts
 const maxMessageText :UInt32 = 65536;
 
-# Abseil's codes, same numbers: what the caller should do next (DESIGN.md §7).
+# Abseil's codes, same numbers: what the caller should do next (docs/design.md §7).
 enum StatusCode {
   ok @0;
   cancelled @1;
@@ -210,7 +210,7 @@ struct ClientLimits {
 }
 
 # Engine attachments write the cache themselves: Append reserves the slots of new tokens, the
-# engine writes them, then Commit makes them readable or Abort returns them (DESIGN.md §6).
+# engine writes them, then Commit makes them readable or Abort returns them (docs/design.md §6).
 struct AppendRequest {
   sequence @0 :UInt64;
   tokens @1 :List(Int32) $maxElements(.maxPrefillTokens);
@@ -255,7 +255,7 @@ struct Model {
   syntheticSeed @2 :UInt64; # the synthetic model's seed
   # Per layer: > 0 attends to the last W positions only (dense decode); 0, or an empty list: all.
   slidingWindows @3 :List(UInt32) $boundBy(layers);
-  sparseVThreshold @4 :Float32;  # τ of sparse-V (DESIGN.md §5); 0: exact dense softmax
+  sparseVThreshold @4 :Float32;  # τ of sparse-V (docs/design.md §5); 0: exact dense softmax
 }
 
 struct RegisterReply {
@@ -278,7 +278,8 @@ struct HeartbeatReply {}
 struct PrefillJob {
   job @0 :UInt64;
   sequence @1 :UInt64;
-  tokens @2 :List(Int32) $maxElements(.maxPrefillTokens);  # the tokens to write (prefix hits left out)
+  # The tokens to write (prefix hits left out).
+  tokens @2 :List(Int32) $maxElements(.maxPrefillTokens);
   firstPosition @3 :UInt64;      # position of tokens[0]
   slotMapping @4 :List(Int64) $maxElements(.maxPrefillTokens);  # one slot per token
   copies @5 :List(BlockCopy) $maxElements(.maxCopies);  # copy-on-write, before writing
@@ -311,7 +312,8 @@ struct DecodeJob {
   job @0 :UInt64;
   steps @1 :List(DecodeJobStep) $maxElements(.maxDecodeSteps);
   outputLayers @2 :OutputLayers;
-  forget @3 :List(UInt64) $maxElements(.maxForgotten);  # sequences whose block tables the worker may drop
+  # Sequences whose block tables the worker may drop.
+  forget @3 :List(UInt64) $maxElements(.maxForgotten);
 }
 
 struct JobDone {

@@ -1,5 +1,5 @@
-// The schema-driven check every received Envelope passes before a handler reads it (DESIGN.md §6,
-// docs/protocol.md): what Cap'n Proto's own traversal does not catch.
+// The schema-driven check every received Envelope passes before a handler reads it (docs/design.md
+// §6, docs/protocol.md): what Cap'n Proto's own traversal does not catch.
 //
 // Cap'n Proto validates pointers lazily and throws (kj::Exception) when a handler reads a field
 // whose pointer is of the wrong kind, or a list whose zero-byte elements claim a huge count. This

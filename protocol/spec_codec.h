@@ -21,14 +21,14 @@ struct ModelConfig {
   // Per layer: > 0 attends to the last W positions only; empty: every layer attends to all.
   // Dense decode only (pools without an indexer): sparse decode attends to what top-k selects.
   std::vector<int> sliding_windows;
-  float sparse_v_threshold = 0.0f;  // τ of sparse-V (DESIGN.md §5); 0: exact dense softmax
+  float sparse_v_threshold = 0.0f;  // τ of sparse-V (docs/design.md §5); 0: exact dense softmax
 
   int Window(int layer) const { return sliding_windows.empty() ? 0 : sliding_windows[layer]; }
 };
 
 // INVALID_ARGUMENT unless q heads are a positive multiple of the spec's kv heads (at most 16 per
-// kv head, DESIGN.md §5), 1 <= topk <= kMaxTopk, the windows are none or one >= 0 per layer of a
-// pool without an indexer, and τ is finite and >= 0.
+// kv head, docs/design.md §5), 1 <= topk <= kMaxTopk, the windows are none or one >= 0 per layer of
+// a pool without an indexer, and τ is finite and >= 0.
 absl::Status ValidateModelConfig(const ModelConfig& model, const PoolSpec& spec);
 
 void ModelConfigToWire(const ModelConfig& model, wire::Model::Builder out);

@@ -1,4 +1,4 @@
-// How much a reader accepts from the wire (DESIGN.md §6): one place for the numbers.
+// How much a reader accepts from the wire (docs/design.md §6): one place for the numbers.
 #pragma once
 
 #include <cstddef>

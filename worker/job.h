@@ -1,5 +1,5 @@
-// The jobs a worker executes (DESIGN.md §6), decoded from the wire and checked against the arena
-// before any kernel runs: a job naming a block, slot or position outside what it may touch is
+// The jobs a worker executes (docs/design.md §6), decoded from the wire and checked against the
+// arena before any kernel runs: a job naming a block, slot or position outside what it may touch is
 // refused with a typed error, never executed.
 #pragma once
 

@@ -1,5 +1,5 @@
 // The activations a job's kernels consume, per layer, in host memory: the tensors the job carried
-// or, when it carried none, the synthetic model's (DESIGN.md §6).
+// or, when it carried none, the synthetic model's (docs/design.md §6).
 #pragma once
 
 #include <vector>

@@ -1,7 +1,7 @@
-// kvpool-worker's life (DESIGN.md §6, §7): register with kvpoold, attach its arena, execute jobs
-// and heartbeat; when kvpoold stops answering (or says the lease is gone) drop the arena and
-// register again once it is back. Heartbeats run on their own thread and socket, so a long job
-// does not look like a dead worker.
+// kvpool-worker's life (docs/design.md §6, §7): register with kvpoold, attach its arena, execute
+// jobs and heartbeat; when kvpoold stops answering (or says the lease is gone) drop the arena and
+// register again once it is back. Heartbeats run on their own thread and socket, so a long job does
+// not look like a dead worker.
 #pragma once
 
 #include <atomic>

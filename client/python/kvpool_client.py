@@ -6,8 +6,8 @@
     out = client.decode([(1, 42)], outputs="last")   # one step for sequence 1, token 42
     client.release(1)
 
-Every message is one Envelope framed as one ZeroMQ frame per Cap'n Proto segment (DESIGN.md §6).
-Error replies raise KvpoolError with the Abseil status code name. Nothing received is pickled or
+Every message is one Envelope framed as one ZeroMQ frame per Cap'n Proto segment (docs/design.md
+§6). Error replies raise KvpoolError with the Abseil status code name. Nothing received is pickled or
 evaluated. Sequences belong to the client's name while kvpoold's client lease lasts.
 
 Nobody waits on a dead kvpoold: when the connection drops while a reply is awaited, or a message

@@ -1,4 +1,4 @@
-// Block gather/scatter (DESIGN.md §5): whole blocks between the arena and a contiguous staging
+// Block gather/scatter (docs/design.md §5): whole blocks between the arena and a contiguous staging
 // buffer, the unit NCCL transfers move. A block spans all layers, so each is one copy. nvcc-safe.
 #pragma once
 

@@ -1,5 +1,5 @@
-// Cache write (DESIGN.md §5): quantizes new tokens' K, V and index K into their slots of one layer.
-// The CPU reference and the CUDA kernel take this same struct; nvcc-safe.
+// Cache write (docs/design.md §5): quantizes new tokens' K, V and index K into their slots of one
+// layer. The CPU reference and the CUDA kernel take this same struct; nvcc-safe.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // What dense paged decode and sparse decode share: one query token per sequence attending over
-// paged K/V of one layer (DESIGN.md §5). nvcc-safe.
+// paged K/V of one layer (docs/design.md §5). nvcc-safe.
 //
 // GQA: q head h reads kv head h / (num_q_heads / num_kv_heads). Softmax over scores
 // softmax_scale · q·k̂. Sparse-V: a position whose exp(score - running max) <= τ skips its V load

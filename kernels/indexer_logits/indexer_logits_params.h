@@ -1,4 +1,4 @@
-// Lightning-indexer logits (DESIGN.md §5, DeepSeek-V3.2):
+// Lightning-indexer logits (docs/design.md §5, DeepSeek-V3.2):
 //   score[s, n] = Σ_h w[s, h] · ReLU(q[s, h] · k̂[s, n])
 // over the FP8 indexer cache of one layer. nvcc-safe.
 #pragma once

@@ -1,5 +1,5 @@
-// Dense paged decode (DESIGN.md §5): each sequence's query attends over all of its cached tokens,
-// or the last `window` of them. nvcc-safe.
+// Dense paged decode (docs/design.md §5): each sequence's query attends over all of its cached
+// tokens, or the last `window` of them. nvcc-safe.
 #pragma once
 
 #include <cstdint>

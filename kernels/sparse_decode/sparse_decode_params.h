@@ -1,4 +1,4 @@
-// Sparse decode (DESIGN.md §5): each sequence's query attends over the positions its top-k row
+// Sparse decode (docs/design.md §5): each sequence's query attends over the positions its top-k row
 // selected, and nothing else. nvcc-safe.
 #pragma once
 

@@ -1,4 +1,4 @@
-// The synthetic model's activations (DESIGN.md §6): a counter-based generator keyed by
+// The synthetic model's activations (docs/design.md §6): a counter-based generator keyed by
 // (seed, layer, stream, position, element), so any value can be recomputed anywhere, in any order,
 // by the CPU or the GPU with identical bits. Integer hashing plus a sum of four 16-bit uniforms
 // (Irwin-Hall, ≈ N(0, 1), bounded by ±√12); the float work is exact integer conversion and

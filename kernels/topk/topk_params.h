@@ -1,4 +1,4 @@
-// Top-k over indexer scores (DESIGN.md §5). The contract every implementation keeps:
+// Top-k over indexer scores (docs/design.md §5). The contract every implementation keeps:
 //   - a row of length L selects min(k, L') positions, L' = positions in [0, L) whose score is not
 //     NaN; NaN is never selected;
 //   - when L' > k: the k largest scores, ties broken toward the lower position (-0 == +0);

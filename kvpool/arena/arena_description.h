@@ -1,6 +1,6 @@
-// What an attaching process learns with the arena's file descriptors (DESIGN.md §2): the backend,
-// the chunk sizes (one fd each, mapped back to back), the pool's layout and an epoch that changes
-// whenever kvpoold restarts. A fixed little-endian binary form, versioned by a magic word.
+// What an attaching process learns with the arena's file descriptors (docs/design.md §2): the
+// backend, the chunk sizes (one fd each, mapped back to back), the pool's layout and an epoch that
+// changes whenever kvpoold restarts. A fixed little-endian binary form, versioned by a magic word.
 #pragma once
 
 #include <cstdint>

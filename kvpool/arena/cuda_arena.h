@@ -1,4 +1,4 @@
-// The cuda backend's arena (DESIGN.md §2): physical GPU memory from cuMemCreate in chunks with
+// The cuda backend's arena (docs/design.md §2): physical GPU memory from cuMemCreate in chunks with
 // POSIX-fd shareable handles, mapped back to back into one reserved virtual range, growing by
 // chunks up to a capacity. CudaArena owns the chunks (kvpoold); CudaArenaMapping imports received
 // fds in another process, on the same GPU or, where peer access exists, on another GPU of the

@@ -1,6 +1,6 @@
 // The CUDA driver calls the cuda arena needs, reached through cudaGetDriverEntryPointByVersion so
-// no binary links libcuda (DESIGN.md §2: they start on machines without a GPU driver). Resolved
-// once, on first use.
+// no binary links libcuda (docs/design.md §2: they start on machines without a GPU driver).
+// Resolved once, on first use.
 #pragma once
 
 #include <cuda.h>

@@ -1,4 +1,4 @@
-// The fd channel (DESIGN.md §2, §8): an AF_UNIX SOCK_SEQPACKET socket over which kvpoold hands
+// The fd channel (docs/design.md §2, §8): an AF_UNIX SOCK_SEQPACKET socket over which kvpoold hands
 // its arena's file descriptors (SCM_RIGHTS) and description to attaching processes. A peer is
 // admitted only when its SO_PEERCRED uid or gid is on the allow-list; a refused peer gets an error
 // message and never an fd. After the arena the connection can carry small application messages

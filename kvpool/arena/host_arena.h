@@ -1,4 +1,4 @@
-// The host backend's arena (DESIGN.md §2): memfd_create chunks mapped back to back into one
+// The host backend's arena (docs/design.md §2): memfd_create chunks mapped back to back into one
 // reserved address range, so block b is always at base + b · stride however the arena grew.
 // HostArena owns the chunks (kvpoold); HostArenaMapping maps received chunk fds into another
 // process. Both unmap on destruction. Move-only.

@@ -1,4 +1,4 @@
-// Per-layer scales from sample activations (DESIGN.md §3: k_scale, v_scale), as
+// Per-layer scales from sample activations (docs/design.md §3: k_scale, v_scale), as
 // `kvpoolctl calibrate` picks them for kvpoold's --k_scales and --v_scales.
 //
 // Both scales exist to keep stored values in E4M3's normal range: K itself (fp8_e4m3), and the

@@ -1,4 +1,4 @@
-// OCP FP8 E4M3FN (DESIGN.md §3): bias 7, largest finite 448, no infinities, NaN = 0x7F / 0xFF.
+// OCP FP8 E4M3FN (docs/design.md §3): bias 7, largest finite 448, no infinities, NaN = 0x7F / 0xFF.
 //
 // Encoding rounds to nearest even and saturates to ±448 (CUDA's __NV_SATFINITE), infinities
 // included; NaN stays NaN with its sign. The host encodes with integers only; the device with its

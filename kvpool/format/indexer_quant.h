@@ -1,4 +1,4 @@
-// Lightning-indexer key quantization (DESIGN.md §3; vLLM's DeepSeek-V3.2 layout): one FP8 E4M3
+// Lightning-indexer key quantization (docs/design.md §3; vLLM's DeepSeek-V3.2 layout): one FP8 E4M3
 // value per element of the 128-wide index key and one float32 scale per token.
 #pragma once
 

@@ -1,6 +1,6 @@
-// Cache formats as data (DESIGN.md §3): one enum, one traits table. A format's byte sizes come from
-// here and nowhere else; adding a bit width is one enum value, one traits row, one dispatch case.
-// nvcc-safe (no Abseil); names and parsing live in kv_format_names.h.
+// Cache formats as data (docs/design.md §3): one enum, one traits table. A format's byte sizes come
+// from here and nowhere else; adding a bit width is one enum value, one traits row, one dispatch
+// case. nvcc-safe (no Abseil); names and parsing live in kv_format_names.h.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-// The signed Walsh-Hadamard rotation of TurboNV values (DESIGN.md §3, step 1):
+// The signed Walsh-Hadamard rotation of TurboNV values (docs/design.md §3, step 1):
 //   forward  y = (1/√d) · H_d · D · v        inverse  v = (1/√d) · D · H_d · y
 // H_d is the Sylvester Hadamard matrix applied as a fast transform (stages h = 1, 2, 4, …, each
 // butterfly (a, b) -> (a + b, a - b)); D is the ±1 diagonal drawn from splitmix64 below. Both are

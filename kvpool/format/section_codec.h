@@ -1,5 +1,5 @@
 // Whole sections of one head: N token vectors encoded the way they sit in the cache, data rows
-// first, then scale rows (DESIGN.md §3-§4). The host API behind kvpool-format, for anyone who
+// first, then scale rows (docs/design.md §3-§4). The host API behind kvpool-format, for anyone who
 // needs the cache's bytes without a pool: other implementations checking compatibility, tests.
 #pragma once
 

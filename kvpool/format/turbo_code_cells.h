@@ -1,6 +1,7 @@
 // TurboCode by table lookup, for the GPU's cache write: the code and level that TurboCode and
-// TurboLevel give (DESIGN.md §3, step 2), for finite |u| <= kTurboCellReach, with one shared-memory
-// load and one comparison instead of TurboCodeSelect's N comparisons and the selects between them.
+// TurboLevel give (docs/design.md §3, step 2), for finite |u| <= kTurboCellReach, with one
+// shared-memory load and one comparison instead of TurboCodeSelect's N comparisons and the selects
+// between them.
 //
 // u·8192 + (2^33 + 32·1024) as one float operation leaves round(u·8) + 32 in the low bits of its
 // result: u·8192 is exact, so the one rounding is to a multiple of 1024 (the spacing of floats from

@@ -1,6 +1,7 @@
-// Gaussian Lloyd-Max codebooks of TurboNV (DESIGN.md §3, step 2): for N bits, 2^N levels sorted
-// ascending, code j <-> level j. Levels are the float32 values of the decimals below; boundaries
-// are T_j = float32(C_j + C_{j+1}) · 0.5, computed with the same two float operations everywhere.
+// Gaussian Lloyd-Max codebooks of TurboNV (docs/design.md §3, step 2): for N bits, 2^N levels
+// sorted ascending, code j <-> level j. Levels are the float32 values of the decimals below;
+// boundaries are T_j = float32(C_j + C_{j+1}) · 0.5, computed with the same two float operations
+// everywhere.
 #pragma once
 
 #include <array>

@@ -1,4 +1,4 @@
-// TurboNV value quantization (DESIGN.md §3, steps 2-5), host and device.
+// TurboNV value quantization (docs/design.md §3, steps 2-5), host and device.
 //
 // A token-head vector of head_dim d is (optionally) rotated, then cut into groups of 16. Each group
 // stores N-bit codes, packed little-endian (code i in bits [N·i, N·i + N): 2·N bytes), plus one

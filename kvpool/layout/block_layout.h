@@ -1,5 +1,5 @@
 // BlockLayout: the one place that computes where every section of every layer sits in a block
-// (DESIGN.md §4). A block is contiguous across all layers, so moving a block is one copy.
+// (docs/design.md §4). A block is contiguous across all layers, so moving a block is one copy.
 //
 // Invariants, checked by Create and the tests:
 //   1. sections follow each other in order K, V data, V scale, IDX values, IDX scales, layer by

@@ -1,6 +1,6 @@
 // LayerCache: what a kernel needs to address one layer of the pool, as a plain struct of values
 // (nvcc-safe, passed by value into kernels). Made only by BlockLayout::Layer; nothing else computes
-// offsets (DESIGN.md §4).
+// offsets (docs/design.md §4).
 //
 // Block b starts at base + b · block_stride. Inside it this layer's sections start at `sections`;
 // rows are token-major, then head, then element.
@@ -14,8 +14,8 @@
 
 namespace kvp {
 
-// The slot of position `pos` of a sequence whose blocks are `block_table` (DESIGN.md §4): slot =
-// block · block_size + offset, the unit of slot mappings.
+// The slot of position `pos` of a sequence whose blocks are `block_table` (docs/design.md §4):
+// slot = block · block_size + offset, the unit of slot mappings.
 KVP_HD int64_t SlotOfPosition(const int32_t* block_table, int64_t pos, int32_t block_size) {
   return int64_t{block_table[pos / block_size]} * block_size + pos % block_size;
 }

@@ -1,5 +1,5 @@
-// PoolSpec: the shape and formats of one pool (DESIGN.md §4). Everything that decides bytes in a
-// block is here; BlockLayout turns it into offsets.
+// PoolSpec: the shape and formats of one pool (docs/design.md §4). Everything that decides bytes in
+// a block is here; BlockLayout turns it into offsets.
 #pragma once
 
 #include <cstdint>

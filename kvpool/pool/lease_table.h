@@ -1,6 +1,6 @@
 // LeaseTable: every attached process (worker, client, engine) holds a lease, renewed by its
 // heartbeats; one that is not renewed within the expiry ends, and the pool takes back what it
-// held (DESIGN.md §7). Time comes from a Clock, so tests expire leases without sleeping.
+// held (docs/design.md §7). Time comes from a Clock, so tests expire leases without sleeping.
 // Not thread-safe: the daemon's loop owns it.
 #pragma once
 
@@ -29,7 +29,7 @@ class LeaseTable {
   LeaseId Grant(std::string holder, int64_t expiry_micros);
 
   // A heartbeat: pushes the deadline to now + expiry. ABORTED when the lease is unknown or has
-  // expired: the holder must re-register (DESIGN.md §7).
+  // expired: the holder must re-register (docs/design.md §7).
   absl::Status Renew(LeaseId lease);
 
   bool Alive(LeaseId lease) const;

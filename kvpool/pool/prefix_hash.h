@@ -3,12 +3,12 @@
 // the block (modulo 64-bit collisions, which the prefix index rules out by comparing the block's
 // namespace root, token ids and content digest).
 //
-// Content, not token ids alone, decides a prefix hit (DESIGN.md §6): two clients that prefill the
-// same ids with their own tensors must not read each other's K/V. Each token has a TokenDigest:
+// Content, not token ids alone, decides a prefix hit (docs/design.md §6): two clients that prefill
+// the same ids with their own tensors must not read each other's K/V. Each token has a TokenDigest:
 // the synthetic model's tokens a constant (their K/V follow from the id), client tensors a keyed
-// digest of their bytes (protocol/content_digest.h), engine-written tokens another constant
-// (shared only inside a named namespace, whose clients vouch for them). A namespace is a chain
-// root: blocks under different roots are never shared.
+// digest of their bytes (protocol/content_digest.h), engine-written tokens another constant (shared
+// only inside a named namespace, whose clients vouch for them). A namespace is a chain root: blocks
+// under different roots are never shared.
 #pragma once
 
 #include <cstdint>

@@ -1,6 +1,7 @@
-// The Broker's failure rules with a fake clock, no sockets (DESIGN.md §7): a worker that goes away
-// gives its job back, a client that goes away gets no reply and its blocks return only after the
-// job writing them ends, a draining broker refuses new work. Blocks are counted after each step.
+// The Broker's failure rules with a fake clock, no sockets (docs/design.md §7): a worker that goes
+// away gives its job back, a client that goes away gets no reply and its blocks return only after
+// the job writing them ends, a draining broker refuses new work. Blocks are counted after each
+// step.
 #include "daemon/broker.h"
 
 #include "gmock/gmock.h"

@@ -1,4 +1,4 @@
-// kvpoold's tcp:// endpoint (DESIGN.md §8): CURVE only, and only for the client keys it lists.
+// kvpoold's tcp:// endpoint (docs/design.md §8): CURVE only, and only for the client keys it lists.
 // Real processes on the host backend, as in service_test.
 #include <unistd.h>
 

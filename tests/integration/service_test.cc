@@ -1,5 +1,5 @@
-// kvpoold, workers and clients as real processes on the host backend (DESIGN.md §6, §7): the full
-// flow against an in-process reference, sharing, bad input, and workers or kvpoold going away.
+// kvpoold, workers and clients as real processes on the host backend (docs/design.md §6, §7): the
+// full flow against an in-process reference, sharing, bad input, and workers or kvpoold going away.
 #include <httplib.h>
 #include <signal.h>
 #include <unistd.h>

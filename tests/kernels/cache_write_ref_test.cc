@@ -25,7 +25,7 @@ std::vector<float> Widen(const Bf16* x, int n) {
 class CacheWriteRefTest : public ::testing::TestWithParam<KvFormat> {};
 
 // Every byte of the arena after the write equals a from-scratch expectation: the sentinel
-// everywhere except the addressed rows, whose offsets are spelled out here from DESIGN.md §4.
+// everywhere except the addressed rows, whose offsets are spelled out here from docs/design.md §4.
 TEST_P(CacheWriteRefTest, WritesExactlyTheAddressedRows) {
   PoolSpec spec;
   spec.num_layers = 2;
