@@ -10,6 +10,7 @@
 #include "client/percentile.h"
 #include "kernels/synthetic/synthetic.h"
 #include "kernels/synthetic/synthetic_fill.h"
+#include "kernels/synthetic/synthetic_model.h"
 #include "kvpool/format/bf16.h"
 #include "kvpool/format/indexer_quant.h"
 #include "kvpool/layout/block_layout.h"

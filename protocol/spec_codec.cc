@@ -1,11 +1,9 @@
 #include "protocol/spec_codec.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "kernels/topk/topk_params.h"
 
 namespace kvp {
 namespace {
@@ -22,55 +20,6 @@ absl::StatusOr<KvFormat> FromWire(wire::KvFormat f) {
 }
 
 }  // namespace
-
-absl::Status ValidateModelConfig(const ModelConfig& model, const PoolSpec& spec) {
-  if (model.num_q_heads <= 0 || model.num_q_heads % spec.num_kv_heads != 0 ||
-      model.num_q_heads / spec.num_kv_heads > 16) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("q heads ", model.num_q_heads, " must be 1 to 16 times the ",
-                     spec.num_kv_heads, " kv heads"));
-  }
-  if (model.topk < 1 || model.topk > kMaxTopk) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("top-k ", model.topk, " is outside [1, ", kMaxTopk, "]"));
-  }
-  if (!model.sliding_windows.empty()) {
-    if (static_cast<int>(model.sliding_windows.size()) != spec.num_layers) {
-      return absl::InvalidArgumentError(absl::StrCat(model.sliding_windows.size(),
-                                                     " sliding windows for ", spec.num_layers,
-                                                     " layers: give one, or one per layer"));
-    }
-    for (int w : model.sliding_windows) {
-      if (w < 0) return absl::InvalidArgumentError(absl::StrCat("sliding window ", w, " < 0"));
-    }
-    if (spec.indexer && std::any_of(model.sliding_windows.begin(), model.sliding_windows.end(),
-                                    [](int w) { return w > 0; })) {
-      return absl::InvalidArgumentError(
-          "sliding windows need a pool without an indexer (dense decode): sparse decode attends "
-          "to the positions top-k selects");
-    }
-  }
-  if (!std::isfinite(model.sparse_v_threshold) || model.sparse_v_threshold < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("the sparse-V threshold ",
-                                                   model.sparse_v_threshold,
-                                                   " is not a finite value >= 0"));
-  }
-  return absl::OkStatus();
-}
-
-SyntheticConfig SyntheticConfigOf(const ModelConfig& model) {
-  SyntheticConfig cfg;
-  cfg.seed = model.synthetic_seed;
-  return cfg;
-}
-
-SyntheticShape SyntheticShapeOf(const PoolSpec& spec, const ModelConfig& model) {
-  return SyntheticShape{spec.num_kv_heads, model.num_q_heads, spec.head_dim};
-}
-
-uint64_t SyntheticStepSeed(const SyntheticConfig& cfg, int32_t token, int64_t position) {
-  return SyntheticMix(TokenSeed(cfg, token) ^ (static_cast<uint64_t>(position) << 20));
-}
 
 void ModelConfigToWire(const ModelConfig& model, wire::Model::Builder out) {
   out.setNumQHeads(static_cast<uint32_t>(model.num_q_heads));

@@ -4,6 +4,7 @@
 
 #include "base/status_macros.h"
 #include "kernels/common/cuda_status.h"
+#include "kernels/synthetic/synthetic_model.h"
 #include "kvpool/format/indexer_quant.h"
 #include "worker/job_inputs.h"
 

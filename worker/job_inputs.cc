@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "kernels/synthetic/synthetic_model.h"
 #include "kvpool/format/indexer_quant.h"
 
 namespace kvp {

@@ -9,9 +9,9 @@
 
 #include <cstdint>
 
-namespace kvp {
+#include "kvpool/model/model_limits.h"  // kMaxTopk
 
-inline constexpr int kMaxTopk = 2048;
+namespace kvp {
 
 struct TopkParams {
   const float* scores = nullptr;     // [num_rows, scores_stride]
