@@ -9,6 +9,8 @@
 #include "base/malloc_tuning.h"
 #include "base/status_macros.h"
 #include "daemon/broker.h"
+#include "kernels/capabilities.h"
+#include "protocol/capabilities_codec.h"
 #include "protocol/outputs_codec.h"
 #include "protocol/status_codec.h"
 
@@ -62,11 +64,7 @@ absl::StatusOr<BrokerBenchResult> RunBrokerBench(const BrokerBenchConfig& config
   EnvelopeBuilder reg(1);
   auto r = reg.envelope().getBody().initRegister();
   r.setRole(wire::Role::DECODE);
-  auto formats = r.initCapabilities().initFormats(3);
-  formats.set(0, wire::KvFormat::FP8_E4M3);
-  formats.set(1, wire::KvFormat::TURBO3);
-  formats.set(2, wire::KvFormat::INDEXER);
-  r.getCapabilities().initHeadDims(1).set(0, 128);
+  ServedToWire(kHostCapabilities.Decode(), r.initCapabilities().initHostArena());
   RETURN_IF_ERROR(Exchange(broker, "worker", reg, nullptr).status());
 
   // One prompt, written by an "engine" (append + commit), forked to the whole batch.

@@ -10,6 +10,7 @@
 #include "base/status_macros.h"
 #include "kvpool/format/kv_format_names.h"
 #include "protocol/activations_codec.h"
+#include "protocol/capabilities_codec.h"
 #include "protocol/finite_check.h"
 #include "protocol/guard.h"
 #include "protocol/lists.h"
@@ -56,22 +57,17 @@ absl::Status CheckTokenCount(size_t n, const char* what) {
   return absl::OkStatus();
 }
 
-absl::Status CheckCapabilities(wire::Capabilities::Reader caps, const PoolSpec& spec) {
-  std::vector<KvFormat> needed = {spec.k_format, spec.v_format};
-  if (spec.indexer) needed.push_back(KvFormat::kIndexer);
-  const std::vector<int> formats = ListToVector<int>(caps.getFormats());
-  for (KvFormat f : needed) {
-    if (std::find(formats.begin(), formats.end(), static_cast<int>(f)) == formats.end()) {
-      return absl::UnimplementedError(absl::StrCat(
-          "the worker lacks the pool's format ", std::string(KvFormatName(f))));
-    }
-  }
-  const std::vector<int> dims = ListToVector<int>(caps.getHeadDims());
-  if (std::find(dims.begin(), dims.end(), spec.head_dim) == dims.end()) {
+// A worker registers only for a pool whose jobs of its role it can run on this kvpoold's arena.
+absl::Status CheckCapabilities(wire::Capabilities::Reader caps, const PoolSpec& spec,
+                               bool cuda_arena) {
+  if (cuda_arena && !caps.hasCudaArena()) {
     return absl::UnimplementedError(
-        absl::StrCat("the worker lacks the pool's head_dim ", spec.head_dim));
+        "the worker cannot serve a cuda arena (a build without CUDA, or --backend=host)");
   }
-  return absl::OkStatus();
+  if (!cuda_arena && !caps.hasHostArena()) {
+    return absl::UnimplementedError("the worker cannot serve a host arena (--backend=cuda)");
+  }
+  return CheckServes(ServedFromWire(cuda_arena ? caps.getCudaArena() : caps.getHostArena()), spec);
 }
 
 }  // namespace
@@ -454,7 +450,7 @@ absl::Status Broker::HandleRegister(const std::string& from, uint64_t id,
         "its fd channel");
   }
   const PoolSpec& spec = pool_->layout().spec();
-  RETURN_IF_ERROR(CheckCapabilities(r.getCapabilities(), spec));
+  RETURN_IF_ERROR(CheckCapabilities(r.getCapabilities(), spec, options_.gpu >= 0));
   if (auto it = worker_leases_.find(from); it != worker_leases_.end()) {
     EndWorker(it->second, "registered again", out);
   }

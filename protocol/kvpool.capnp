@@ -235,10 +235,21 @@ enum Role {
   decode @1;
 }
 
+# What a worker's kernels serve on one kind of arena, for its role (kernels/capabilities.h).
+struct ServedFormats {
+  kFormats @0 :List(KvFormat) $maxElements(64);
+  vFormats @1 :List(KvFormat) $maxElements(64);
+  headDims @2 :List(UInt32) $maxElements(64);
+}
+
 struct Capabilities {
-  cuda @0 :Bool;
+  cuda @0 :Bool;                                 # it can map a cuda arena
+  # Superseded by hostArena and cudaArena (what it serves may differ by arena and role); left
+  # empty, so that a kvpoold that reads only these refuses the worker rather than misjudge it.
   formats @1 :List(KvFormat) $maxElements(64);
   headDims @2 :List(UInt32) $maxElements(64);
+  hostArena @3 :ServedFormats;  # absent: it cannot serve a host arena
+  cudaArena @4 :ServedFormats;  # absent: it cannot serve a cuda arena
 }
 
 struct RegisterRequest {

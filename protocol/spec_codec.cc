@@ -6,20 +6,25 @@
 #include "base/status_macros.h"
 
 namespace kvp {
-namespace {
 
-// The wire enum and KvFormat share their numbers (kvpool.capnp, kv_format.h).
-wire::KvFormat ToWire(KvFormat f) { return static_cast<wire::KvFormat>(f); }
+// The wire enum and KvFormat share their numbers; these keep the two in step.
+static_assert(static_cast<int>(wire::KvFormat::BF16) == static_cast<int>(KvFormat::kBf16));
+static_assert(static_cast<int>(wire::KvFormat::FP8_E4M3) == static_cast<int>(KvFormat::kFp8E4m3));
+static_assert(static_cast<int>(wire::KvFormat::TURBO2) == static_cast<int>(KvFormat::kTurbo2));
+static_assert(static_cast<int>(wire::KvFormat::TURBO3) == static_cast<int>(KvFormat::kTurbo3));
+static_assert(static_cast<int>(wire::KvFormat::TURBO4) == static_cast<int>(KvFormat::kTurbo4));
+static_assert(static_cast<int>(wire::KvFormat::INDEXER) == static_cast<int>(KvFormat::kIndexer));
+static_assert(kNumKvFormats == 6, "a new format needs its wire enumerant and an assert here");
 
-absl::StatusOr<KvFormat> FromWire(wire::KvFormat f) {
+wire::KvFormat KvFormatToWire(KvFormat f) { return static_cast<wire::KvFormat>(f); }
+
+absl::StatusOr<KvFormat> KvFormatFromWire(wire::KvFormat f) {
   const auto n = static_cast<int>(f);
   if (n < 0 || n >= kNumKvFormats) {
     return absl::InvalidArgumentError(absl::StrCat("unknown format number ", n));
   }
   return static_cast<KvFormat>(n);
 }
-
-}  // namespace
 
 void ModelConfigToWire(const ModelConfig& model, wire::Model::Builder out) {
   out.setNumQHeads(static_cast<uint32_t>(model.num_q_heads));
@@ -50,8 +55,8 @@ void PoolSpecToWire(const PoolSpec& spec, wire::PoolSpec::Builder out) {
   out.setNumKvHeads(spec.num_kv_heads);
   out.setHeadDim(spec.head_dim);
   out.setBlockSize(spec.block_size);
-  out.setKFormat(ToWire(spec.k_format));
-  out.setVFormat(ToWire(spec.v_format));
+  out.setKFormat(KvFormatToWire(spec.k_format));
+  out.setVFormat(KvFormatToWire(spec.v_format));
   out.setVRotation(spec.v_rotation);
   out.setIndexer(spec.indexer);
   out.setIndexerUe8m0(spec.indexer_ue8m0);
@@ -67,8 +72,8 @@ absl::StatusOr<PoolSpec> PoolSpecFromWire(wire::PoolSpec::Reader in) {
   spec.num_kv_heads = static_cast<int>(in.getNumKvHeads());
   spec.head_dim = static_cast<int>(in.getHeadDim());
   spec.block_size = static_cast<int>(in.getBlockSize());
-  ASSIGN_OR_RETURN(spec.k_format, FromWire(in.getKFormat()));
-  ASSIGN_OR_RETURN(spec.v_format, FromWire(in.getVFormat()));
+  ASSIGN_OR_RETURN(spec.k_format, KvFormatFromWire(in.getKFormat()));
+  ASSIGN_OR_RETURN(spec.v_format, KvFormatFromWire(in.getVFormat()));
   spec.v_rotation = in.getVRotation();
   spec.indexer = in.getIndexer();
   spec.indexer_ue8m0 = in.getIndexerUe8m0();

@@ -9,6 +9,10 @@
 
 namespace kvp {
 
+// KvFormat <-> wire: the one place the two enums meet (static_asserts keep them in step).
+wire::KvFormat KvFormatToWire(KvFormat f);
+absl::StatusOr<KvFormat> KvFormatFromWire(wire::KvFormat f);  // INVALID_ARGUMENT if unknown
+
 void ModelConfigToWire(const ModelConfig& model, wire::Model::Builder out);
 ModelConfig ModelConfigFromWire(wire::Model::Reader in);
 

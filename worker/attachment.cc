@@ -4,6 +4,7 @@
 #include "base/status_macros.h"
 #include "kvpool/arena/fd_channel.h"
 #include "kvpool/arena/host_arena.h"
+#include "kernels/capabilities.h"
 #include "kvpool/layout/block_layout.h"
 #include "worker/host_executor.h"
 #if KVP_HAVE_CUDA
@@ -53,19 +54,16 @@ absl::StatusOr<Backend> ParseBackend(const std::string& name) {
       absl::StrCat("backend '", name, "': expected auto, cuda or host"));
 }
 
-std::vector<KvFormat> SupportedFormats() {
-  return {KvFormat::kBf16, KvFormat::kFp8E4m3, KvFormat::kTurbo2, KvFormat::kTurbo3,
-          KvFormat::kTurbo4, KvFormat::kIndexer};
-}
-
-std::vector<int> SupportedHeadDims() { return {64, 128, 256}; }
-
-bool CudaBuild() {
+WorkerServes ServedFor(Backend backend, wire::Role role) {
+  const auto of = [role](const BackendCapabilities& caps) {
+    return role == wire::Role::PREFILL ? caps.cache_write : caps.Decode();
+  };
+  WorkerServes serves;
+  if (backend != Backend::kCuda) serves.host = of(kHostCapabilities);
 #if KVP_HAVE_CUDA
-  return true;
-#else
-  return false;
+  if (backend != Backend::kHost) serves.cuda = of(kCudaCapabilities);
 #endif
+  return serves;
 }
 
 absl::StatusOr<std::unique_ptr<Attachment>> Attach(const std::string& path, Backend backend,

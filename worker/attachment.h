@@ -3,9 +3,12 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "kvpool/format/op_capabilities.h"
+#include "protocol/kvpool.capnp.h"
 #include "worker/executor.h"
 #include "worker/job.h"
 
@@ -30,9 +33,12 @@ absl::StatusOr<std::unique_ptr<Attachment>> Attach(const std::string& path, Back
                                                    int gpu, const JobContext& ctx,
                                                    uint64_t epoch);
 
-// The formats and head dimensions this build's kernels serve, for registration.
-std::vector<KvFormat> SupportedFormats();
-std::vector<int> SupportedHeadDims();
-bool CudaBuild();
+// What this worker serves in `role` on a host arena and on a cuda arena (nullopt: it cannot map
+// that kind: --backend says so, or a build without CUDA), from the kernels' own capability tables
+// (kernels/capabilities.h), for registration.
+struct WorkerServes {
+  std::optional<OpCapabilities> host, cuda;
+};
+WorkerServes ServedFor(Backend backend, wire::Role role);
 
 }  // namespace kvp

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "protocol/capabilities_codec.h"
 #include "protocol/dealer.h"
 #include "protocol/guard.h"
 #include "protocol/spec_codec.h"
@@ -36,13 +37,10 @@ absl::StatusOr<Session> Register(Dealer& dealer, const WorkerOptions& options) {
   r.setGpu(options.gpu);
   r.setPid(static_cast<uint32_t>(::getpid()));
   auto caps = r.initCapabilities();
-  caps.setCuda(CudaBuild());
-  const std::vector<KvFormat> formats = SupportedFormats();
-  auto f = caps.initFormats(formats.size());
-  for (size_t i = 0; i < formats.size(); ++i) f.set(i, static_cast<wire::KvFormat>(formats[i]));
-  const std::vector<int> dims = SupportedHeadDims();
-  auto d = caps.initHeadDims(dims.size());
-  for (size_t i = 0; i < dims.size(); ++i) d.set(i, dims[i]);
+  const WorkerServes serves = ServedFor(options.backend, options.role);
+  caps.setCuda(serves.cuda.has_value());
+  if (serves.host.has_value()) ServedToWire(*serves.host, caps.initHostArena());
+  if (serves.cuda.has_value()) ServedToWire(*serves.cuda, caps.initCudaArena());
   ASSIGN_OR_RETURN(auto reply, dealer.Call(request, options.register_timeout_ms));
   const auto body = reply->envelope().getBody();
   if (!body.isRegisterReply()) return absl::InternalError("kvpoold answered Register oddly");

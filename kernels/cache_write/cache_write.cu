@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cache_write/cache_write_launch.h"
+#include "kernels/capabilities.h"
 #include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/fast_divisor.h"
 #include "kernels/common/work_split.h"
@@ -469,9 +470,11 @@ LaunchStatus DispatchValueFormat(const CacheWriteParams& p, cudaStream_t stream)
 }  // namespace
 
 LaunchStatus CacheWriteLaunch(const CacheWriteParams& p, cudaStream_t stream) {
-  if (p.cache.k_codec.format != KvFormat::kFp8E4m3 && p.cache.k_codec.format != KvFormat::kBf16) {
-    return Unsupported("this K format");
-  }
+  // What the switches instantiate, as kernels/capabilities.h declares it to workers.
+  constexpr OpCapabilities kServed = kCudaCapabilities.cache_write;
+  if (!kServed.k_formats.Has(p.cache.k_codec.format)) return Unsupported("this K format");
+  if (!kServed.v_formats.Has(p.cache.v_codec.format)) return Unsupported("this V format");
+  if (!kServed.HasHeadDim(p.cache.head_dim)) return Unsupported("this head_dim");
   switch (p.cache.head_dim) {
     case 64:
       return DispatchValueFormat<64>(p, stream);

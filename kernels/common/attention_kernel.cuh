@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/capabilities.h"
 #include "kernels/common/attention_heads_as_columns.cuh"
 #include "kernels/common/attention_heads_as_rows.cuh"
 #include "kernels/common/attention_heads_as_rows_decoded.cuh"
@@ -282,7 +283,11 @@ using LayoutConstant = std::integral_constant<HeadLayout, kLayout>;
 template <bool kSparse, class F>
 LaunchStatus WithPartsKernel(const AttentionParams& p, int positions, F&& f) {
   const LayerCache& c = p.cache;
-  if (c.k_codec.format != KvFormat::kFp8E4m3) return Unsupported("K formats other than fp8_e4m3");
+  // What the switches below instantiate, as kernels/capabilities.h declares it to workers.
+  constexpr OpCapabilities kServed = kCudaCapabilities.attention;
+  if (!kServed.k_formats.Has(c.k_codec.format)) return Unsupported("K formats other than fp8_e4m3");
+  if (!kServed.v_formats.Has(c.v_codec.format)) return Unsupported("V formats other than turbo2/3/4");
+  if (!kServed.HasHeadDim(c.head_dim)) return Unsupported("this head_dim");
   if (c.block_stride > INT32_MAX) return Unsupported("blocks of 2 GiB or more");  // ChunkStream
   const bool columns = p.num_q_heads / c.num_kv_heads <= kMaxColumnHeads;
   auto with_bits = [&](auto head_dim, auto bits) -> LaunchStatus {

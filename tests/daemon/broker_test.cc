@@ -6,6 +6,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/capabilities.h"
+#include "protocol/capabilities_codec.h"
 #include "protocol/status_codec.h"
 
 namespace kvp {
@@ -67,12 +69,7 @@ class BrokerTest : public ::testing::Test {
     EnvelopeBuilder m(1);
     auto r = m.envelope().getBody().initRegister();
     r.setRole(role);
-    auto caps = r.initCapabilities();
-    auto f = caps.initFormats(3);
-    f.set(0, wire::KvFormat::FP8_E4M3);
-    f.set(1, wire::KvFormat::TURBO3);
-    f.set(2, wire::KvFormat::INDEXER);
-    caps.initHeadDims(1).set(0, 128);
+    ServedToWire(kHostCapabilities.Decode(), r.initCapabilities().initHostArena());
     auto replies = Send(worker, m);
     ASSERT_GE(replies.size(), 1u);
     ASSERT_TRUE(replies[0].second->envelope().getBody().isRegisterReply());

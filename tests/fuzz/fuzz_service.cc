@@ -5,6 +5,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include "kernels/capabilities.h"
+#include "protocol/capabilities_codec.h"
 #include "protocol/framing.h"
 
 namespace kvp::fuzz {
@@ -63,12 +65,9 @@ Outbox FuzzService::Register(const std::string& identity, wire::Role role) {
   EnvelopeBuilder m(1);
   auto r = m.envelope().getBody().initRegister();
   r.setRole(role);
-  auto caps = r.initCapabilities();
-  auto f = caps.initFormats(3);
-  f.set(0, wire::KvFormat::FP8_E4M3);
-  f.set(1, wire::KvFormat::TURBO3);
-  f.set(2, wire::KvFormat::INDEXER);
-  caps.initHeadDims(1).set(0, 64);
+  const BackendCapabilities& kernels = kHostCapabilities;
+  ServedToWire(role == wire::Role::PREFILL ? kernels.cache_write : kernels.Decode(),
+               r.initCapabilities().initHostArena());
   return Send(identity, m);
 }
 

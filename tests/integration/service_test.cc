@@ -16,6 +16,8 @@
 #include "gtest/gtest.h"
 #include "kernels/synthetic/synthetic_fill.h"
 #include "kernels/synthetic/synthetic_model.h"
+#include "kernels/capabilities.h"
+#include "protocol/capabilities_codec.h"
 #include "protocol/dealer.h"
 #include "protocol/status_codec.h"
 #include "tests/integration/in_process_reference.h"
@@ -309,10 +311,10 @@ TEST(ServiceTest, BadInputGetsTypedErrorsAndTheDaemonKeepsServing) {
   EnvelopeBuilder unable(11);
   auto reg = unable.envelope().getBody().initRegister();
   reg.setRole(wire::Role::DECODE);
-  auto caps = reg.initCapabilities();
-  auto formats = caps.initFormats(1);
-  formats.set(0, wire::KvFormat::FP8_E4M3);
-  caps.initHeadDims(1).set(0, 128);
+  // A worker whose kernels lack the pool's V format, turbo3.
+  OpCapabilities without_turbo3 = kHostCapabilities.Decode();
+  without_turbo3.v_formats = FormatsOf({KvFormat::kTurbo2, KvFormat::kTurbo4});
+  ServedToWire(without_turbo3, reg.initCapabilities().initHostArena());
   s = raw.Call(unable);
   EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
   EXPECT_THAT(s.message(), HasSubstr("turbo3"));
@@ -324,12 +326,7 @@ TEST(ServiceTest, BadInputGetsTypedErrorsAndTheDaemonKeepsServing) {
   EnvelopeBuilder able(13);
   auto reg2 = able.envelope().getBody().initRegister();
   reg2.setRole(wire::Role::PREFILL);
-  auto caps2 = reg2.initCapabilities();
-  auto f2 = caps2.initFormats(3);
-  f2.set(0, wire::KvFormat::FP8_E4M3);
-  f2.set(1, wire::KvFormat::TURBO3);
-  f2.set(2, wire::KvFormat::INDEXER);
-  caps2.initHeadDims(1).set(0, 128);
+  ServedToWire(kHostCapabilities.cache_write, reg2.initCapabilities().initHostArena());
   ASSERT_TRUE(raw.Call(able).ok());
   EnvelopeBuilder liar(14);
   liar.envelope().getBody().initJobDone().setJob(12345);
