@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "kvpool/layout/block_layout.h"
 #include "kvpool/arena/fd_channel.h"
 
 namespace kvp {
@@ -68,6 +69,9 @@ void ExpectTwoProcessesShareTheArena(int child_device) {
   d.kind = ArenaKind::kCuda;
   d.device = 0;
   d.chunk_bytes = arena.chunk_sizes();
+  // As many blocks of the default spec as the arena holds: a receiver refuses any more.
+  d.num_blocks =
+      static_cast<int64_t>(d.total_bytes()) / BlockLayout::Create(d.spec)->block_stride();
   std::vector<UniqueFd> fds = arena.ExportFds().value();
   std::vector<int> raw;
   for (const UniqueFd& fd : fds) raw.push_back(fd.get());
