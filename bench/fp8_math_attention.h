@@ -4,7 +4,7 @@
 #pragma once
 
 #include "absl/status/status.h"
-#include "kernels/common/attention_params.h"
+#include "kernels/attention/attention_params.h"
 
 namespace kvp::bench {
 

@@ -1,4 +1,4 @@
-#include "kernels/common/attention_kernel.cuh"
+#include "kernels/attention/attention_kernel.cuh"
 #include "kernels/paged_decode/paged_decode_launch.h"
 
 namespace kvp {

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "kernels/common/attention_ref.h"
+#include "kernels/attention/attention_ref.h"
 
 namespace kvp {
 

@@ -4,7 +4,7 @@
 
 #include <cstdint>
 
-#include "kernels/common/attention_params.h"
+#include "kernels/attention/attention_params.h"
 
 namespace kvp {
 

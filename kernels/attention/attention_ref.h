@@ -6,7 +6,7 @@
 #include <span>
 
 #include "absl/status/status.h"
-#include "kernels/common/attention_params.h"
+#include "kernels/attention/attention_params.h"
 
 namespace kvp {
 

@@ -1,4 +1,4 @@
-#include "kernels/common/attention_ref.h"
+#include "kernels/attention/attention_ref.h"
 
 #include <algorithm>
 #include <cmath>

@@ -16,10 +16,10 @@
 #include <type_traits>
 
 #include "kernels/capabilities.h"
-#include "kernels/common/attention_heads_as_columns.cuh"
-#include "kernels/common/attention_heads_as_rows.cuh"
-#include "kernels/common/attention_heads_as_rows_decoded.cuh"
-#include "kernels/common/attention_pipeline.cuh"
+#include "kernels/attention/attention_heads_as_columns.cuh"
+#include "kernels/attention/attention_heads_as_rows.cuh"
+#include "kernels/attention/attention_heads_as_rows_decoded.cuh"
+#include "kernels/attention/attention_pipeline.cuh"
 #include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/launch_status.h"
 

@@ -20,7 +20,7 @@
 
 #include <type_traits>
 
-#include "kernels/common/attention_heads_as_rows.cuh"
+#include "kernels/attention/attention_heads_as_rows.cuh"
 #include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/wgmma.cuh"
 

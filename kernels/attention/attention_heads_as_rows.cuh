@@ -10,7 +10,7 @@
 // TurboNV group g. Accumulation stays in the rotated domain.
 #pragma once
 
-#include "kernels/common/attention_pipeline.cuh"
+#include "kernels/attention/attention_pipeline.cuh"
 
 namespace kvp::attention {
 

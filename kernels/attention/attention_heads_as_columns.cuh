@@ -24,7 +24,7 @@
 // a warp: the 8 columns are all used, and each position's softmax and staging serve 128 dims.
 #pragma once
 
-#include "kernels/common/attention_pipeline.cuh"
+#include "kernels/attention/attention_pipeline.cuh"
 
 namespace kvp::attention {
 

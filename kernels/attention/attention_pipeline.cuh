@@ -19,7 +19,7 @@
 
 #include <cstdint>
 
-#include "kernels/common/attention_params.h"
+#include "kernels/attention/attention_params.h"
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/mma.cuh"
