@@ -196,8 +196,14 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
   if (r.hasActivations()) {
     CopyActivationRows(r.getActivations(), hits, count, job.initActivations());
   }
-  Enqueue(Job{Role::kPrefill, from, id, lease, {seq}, hits, std::move(message), 0, 0,
-              clock_->NowMicros(), false, 0},
+  Enqueue(Job{.role = Role::kPrefill,
+              .client = from,
+              .request_id = id,
+              .client_lease = lease,
+              .sequences = {seq},
+              .prefix_hit_tokens = hits,
+              .message = std::move(message),
+              .submitted_micros = clock_->NowMicros()},
           out);
   return absl::OkStatus();
 }
@@ -281,8 +287,14 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
     return limit;
   }
   const int64_t now = clock_->NowMicros();
-  Enqueue(Job{Role::kDecode, from, id, lease, std::move(planned), 0, std::move(message), 0, 0,
-              now, false, now - started},
+  Enqueue(Job{.role = Role::kDecode,
+              .client = from,
+              .request_id = id,
+              .client_lease = lease,
+              .sequences = std::move(planned),
+              .message = std::move(message),
+              .submitted_micros = now,
+              .broker_micros = now - started},
           out);
   return absl::OkStatus();
 }
@@ -457,7 +469,8 @@ absl::Status Broker::HandleRegister(const std::string& from, uint64_t id,
   const Role role = r.getRole() == wire::Role::PREFILL ? Role::kPrefill : Role::kDecode;
   const LeaseId lease = pool_->leases().Grant(
       absl::StrCat(RoleName(static_cast<int>(role)), " worker pid ", r.getPid()));
-  workers_.emplace(lease, Worker{from, role, r.getGpu(), r.getPid(), std::nullopt});
+  workers_.emplace(lease, Worker{.identity = from, .role = role, .gpu = r.getGpu(),
+                                 .pid = r.getPid(), .job = std::nullopt});
   worker_leases_[from] = lease;
   spdlog::info("worker registered: role={} pid={} gpu={} lease={}",
                RoleName(static_cast<int>(role)), r.getPid(), r.getGpu(), lease);

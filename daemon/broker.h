@@ -96,6 +96,7 @@ class Broker {
 
   std::string MetricsText() const;
   size_t num_workers() const { return workers_.size(); }
+  const BrokerOptions& options() const { return options_; }
 
  private:
   using JobId = uint64_t;

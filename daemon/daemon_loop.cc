@@ -90,10 +90,10 @@ absl::Status DaemonLoop::Run() {
                      "with --tcp_endpoint, which requires CURVE keys (docs/design.md §8)"));
   }
   ASSIGN_OR_RETURN(FdChannelServer fd_channel,
-                   FdChannelServer::Listen(options_.fd_channel_path, options_.allow));
+                   FdChannelServer::Listen(broker_->options().fd_channel_path, options_.allow));
 
   zmq::context_t context(1);
-  zmq::socket_t router = NewRouter(context, options_.max_message_bytes);
+  zmq::socket_t router = NewRouter(context, broker_->options().limits.max_message_bytes);
   const mode_t old_umask = ::umask(0077);  // the ipc socket file: 0600
   const absl::Status bound = Bind(router, options_.endpoint);
   ::umask(old_umask);
@@ -104,7 +104,7 @@ absl::Status DaemonLoop::Run() {
   std::optional<zmq::socket_t> remote;
   if (!options_.tcp_endpoint.empty()) {
     ASSIGN_OR_RETURN(zap, ZapHandler::Bind(context, options_.curve_clients));
-    remote.emplace(NewRouter(context, options_.max_message_bytes));
+    remote.emplace(NewRouter(context, broker_->options().limits.max_message_bytes));
     remote->set(zmq::sockopt::curve_server, 1);
     remote->set(zmq::sockopt::curve_secretkey, options_.curve_secret_key);
     remote->set(zmq::sockopt::zap_domain, "kvpool");
@@ -152,14 +152,14 @@ absl::Status DaemonLoop::Run() {
     spdlog::info("metrics at http://{}:{}/metrics", options_.metrics_host, http.port());
   }
   spdlog::info("kvpoold serving endpoint={} fd_channel={} blocks={} block_bytes={} {}",
-               options_.endpoint, options_.fd_channel_path, pool_->blocks().num_blocks(),
+               options_.endpoint, broker_->options().fd_channel_path, pool_->blocks().num_blocks(),
                pool_->layout().block_stride(), pool_->layout().spec().DebugString());
   sd_notify(0, "READY=1\nSTATUS=serving");
   uint64_t watchdog_usec = 0;
   const bool watchdog = sd_watchdog_enabled(0, &watchdog_usec) > 0;
 
   ArenaDescription description;
-  description.epoch = options_.epoch;
+  description.epoch = broker_->options().epoch;
   description.num_blocks = pool_->blocks().num_blocks();
   description.spec = pool_->layout().spec();
 

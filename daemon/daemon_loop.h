@@ -27,14 +27,12 @@ struct DaemonOptions {
   std::string tcp_endpoint;
   std::string curve_secret_key;
   std::vector<std::string> curve_clients;
-  std::string fd_channel_path;
   AllowList allow;
   std::string metrics_host = "127.0.0.1";
   int metrics_port = -1;       // -1: no HTTP endpoint; 0: any free port
   int tick_millis = 50;
   int64_t drain_timeout_millis = 30'000;
-  uint64_t epoch = 0;  // the Broker's, also in the arena description
-  size_t max_message_bytes = WireLimits().max_message_bytes;  // the Broker's limit
+  // The fd channel's path, the epoch and the message size limit are the Broker's options.
 };
 
 class DaemonLoop {

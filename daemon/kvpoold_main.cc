@@ -224,7 +224,6 @@ absl::Status Main() {
   DaemonOptions options;
   options.endpoint = absl::GetFlag(FLAGS_endpoint);
   if (options.endpoint.empty()) options.endpoint = EndpointIn(runtime_dir);
-  options.fd_channel_path = FdChannelIn(runtime_dir);
   RETURN_IF_ERROR(RemoteEndpointFromFlags(options));
   options.allow.uids.push_back(::geteuid());
   ASSIGN_OR_RETURN(auto uids, ParseIds<uid_t>(absl::GetFlag(FLAGS_allow_uids), "allow_uids"));
@@ -234,8 +233,6 @@ absl::Status Main() {
   options.metrics_host = absl::GetFlag(FLAGS_metrics_address);
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.drain_timeout_millis = absl::GetFlag(FLAGS_drain_timeout_ms);
-  options.epoch = static_cast<uint64_t>(
-      std::chrono::system_clock::now().time_since_epoch() / std::chrono::microseconds(1));
 
   ASSIGN_OR_RETURN(std::unique_ptr<ServedArena> arena,
                    ArenaFromFlags(static_cast<uint64_t>(arena_mib) << 20));
@@ -252,8 +249,9 @@ absl::Status Main() {
   broker_options.heartbeat_millis = absl::GetFlag(FLAGS_heartbeat_ms);
   broker_options.worker_lease_micros = lease_expiry;
   broker_options.client_lease_micros = int64_t{absl::GetFlag(FLAGS_client_lease_ms)} * 1000;
-  broker_options.fd_channel_path = options.fd_channel_path;
-  broker_options.epoch = options.epoch;
+  broker_options.fd_channel_path = FdChannelIn(runtime_dir);
+  broker_options.epoch = static_cast<uint64_t>(
+      std::chrono::system_clock::now().time_since_epoch() / std::chrono::microseconds(1));
   broker_options.max_job_attempts = absl::GetFlag(FLAGS_max_job_attempts);
   const int64_t max_blocks = absl::GetFlag(FLAGS_client_max_blocks);
   if (max_blocks < -1) return absl::InvalidArgumentError("--client_max_blocks must be >= -1");
@@ -269,7 +267,6 @@ absl::Status Main() {
   broker_options.limits.max_blocks = static_cast<uint64_t>(pool->blocks().num_blocks());
   broker_options.limits.max_message_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_message_mib)) << 20;
-  options.max_message_bytes = broker_options.limits.max_message_bytes;
   if (broker_options.heartbeat_millis <= 0 || lease_expiry <= broker_options.heartbeat_millis * 1000) {
     return absl::InvalidArgumentError("--lease_expiry_ms must exceed --heartbeat_ms > 0");
   }
