@@ -40,9 +40,7 @@ inline Plan HeadsAsColumnsPlan(int kv_heads_per_cta) {
 // How a CTA of two kv heads stages when four such CTAs still fit an SM's shared memory (D = 64
 // and 128): 64 positions a chunk, two chunks deep, so that each warp takes a span of two
 // 16-position tiles: one softmax reduction for both, and two independent mma chains and decodes to
-// hide each other's latency (H200, dense decode of 32/8 heads at batch 32: 123.6 -> 111.5 us;
-// sparse decode at batch 128: 139 -> 121.4; with turbo4, once the position ring fit, 146 -> 133.4).
-// Otherwise, and for one kv head, kChunk position-heads a chunk, kStages deep.
+// hide each other's latency (faster in dense and sparse decode alike: bench/NOTES.md). Otherwise, and for one kv head, kChunk position-heads a chunk, kStages deep.
 inline constexpr int kSpanPositions = 64, kSpanDepth = 2, kSpanCtasPerSm = 4;
 template <int kHeadDim, int kVBits, int kKvHeads>
 inline constexpr bool kColumnSpans =

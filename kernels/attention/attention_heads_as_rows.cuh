@@ -170,10 +170,8 @@ __device__ __forceinline__ void FinishHeadTiles(const AttentionParams& p, const 
 // Where a warp keeps its 16 heads' Q fragments (32 registers for D = 128): in registers the
 // kernel takes 167 registers, so three CTAs fit an SM; in shared memory (read once per k-step of
 // each tile) 128, so four fit. Throughput-bound launches, whose CTAs take many chunks, gain from
-// the fourth CTA (H200, dense decode of 128/8 heads, D = 128, batch 32 x 8,192: 181 -> 154 us);
-// latency-bound ones, a chunk or two a CTA, lose the time of those reads (sparse decode of 128/1
-// heads at batch 1: 11.55 -> 11.7 us when every launch read them from shared memory). Four CTAs
-// with the fragments in registers spilled and took 300 us.
+// the fourth CTA; latency-bound ones, a chunk or two a CTA, lose the time of those reads; four
+// CTAs with the fragments in registers spill (bench/NOTES.md, other dense decode shapes).
 inline constexpr int kSharedQueriesCtasPerSm = 4;
 inline constexpr int kMinChunksForSharedQueries = 4;  // a CTA's chunks, for shared-memory queries
 template <int kHeadDim>

@@ -6,13 +6,12 @@
 //
 // In attention_heads_as_rows.cuh each warp converts K and decodes TurboNV V itself, so a CTA of
 // four head tiles decodes every position four times, and a warp takes 16 positions at a time.
-// H200, sparse decode of 2,048 positions, 128 q heads on one kv head, batch 128: 181.8 us there;
-// here 175 with the chunk decoded once, 154 with 32-position spans, 148.4 with 64 (one softmax
-// reduction and twice the independent mma per span), 143.4 with S from wgmma, 127.9 with a CTA
-// that is its heads' only part writing their outputs (the combining kernel took 15 us). Left out
-// one at a time, the decode costs 24 us and P·V 14; what remains is a CTA's warps decoding,
+// Here the chunk is decoded once, a warp takes spans of 64 positions (one softmax reduction and
+// twice the independent mma per span), S comes from wgmma, and a CTA that is its heads' only
+// part writes their outputs itself (no combining kernel); each of these was faster for 128 q
+// heads on one kv head (bench/NOTES.md, sparse decode). What limits it is a CTA's warps decoding,
 // waiting at a barrier and computing in lockstep, 8 warps an SM (registers), mostly stalled on
-// the latency of dependent instructions (Nsight Compute).
+// the latency of dependent instructions.
 //
 // The f16 rows keep the dims in order (the other kernel permutes them per thread), so Q's A
 // fragments and the accumulators' columns are the plain m16n8k16 ones (mma.cuh).

@@ -43,21 +43,16 @@ __device__ __forceinline__ void LoadFloats(const float* p, float (&a)[n]) {
 
 // The combining kernel: one CTA of CombineWarps(parts) warps per (sequence, q head). Where a q
 // head has many parts (128 for dense decode of one 131,072-token sequence), more warps each merge
-// fewer, so fewer of a warp's batches of loads wait one after another (H200, eight warps instead
-// of four: dense decode at batch 1 75.6 -> 71.5 us, sparse decode 12.2 -> 11.3 us, the decode
-// layer 39.6 -> 38.5 us; sixteen instead of eight from 32 parts: 71.2-71.6 -> 68.9-69.2, 11.4 ->
-// 11.0, 38.7-38.8 -> 38.2, the same run; thirty-two were no faster from 64 parts and slower from
-// 32). Where a head has few parts (two, in a decode step of 64 sequences) the extra warps have
-// nothing to merge (that step measured no faster with eight: 14.89 ms of kernels against
-// 14.83-14.85 with four, on one host).
+// fewer, so fewer of a warp's batches of loads wait one after another (eight and sixteen warps
+// were faster than four at batch 1, thirty-two no faster: bench/NOTES.md, sparse decode). Where a
+// head has few parts (two, in a decode step of 64 sequences) the extra warps have nothing to
+// merge, and four stay.
 inline int CombineWarps(int parts) { return parts >= 32 ? 16 : parts >= 16 ? 8 : 4; }
 
 // Parts a warp of the combining kernel loads before it merges them: all of its parts (a power of
 // two, at most 8), so that a warp with a few parts waits on memory once. (A loop unrolled eight
 // times left a warp's parts short of eight to a remainder loop that loads one part and merges it
-// before the next: H200, same run, sparse decode at batch 1, two parts a warp, 10.3 -> 9.8 us for
-// 32/8 heads and 11.9-12.0 -> 11.5 for 128/1; dense decode at batch 1, eight a warp, 61.9-62.0 ->
-// 60.8-60.9.)
+// before the next, which made the batch-1 decodes measurably slower.)
 inline int CombineBatch(int parts, int warps) {
   const int per_warp = (parts + warps - 1) / warps;
   return per_warp > 4 ? 8 : per_warp > 2 ? 4 : per_warp > 1 ? 2 : 1;
@@ -68,7 +63,7 @@ inline int CombineBatch(int parts, int warps) {
 // a time: it loads them, then folds them into its running maximum, sum and elements. Past one
 // barrier thread e merges element e of the warps' sums, and past another warp 0 applies the
 // inverse Walsh-Hadamard rotation in registers and writes. (Warp 0 merging every element as well
-// took 0.9 us after the barrier in sparse decode at batch 1 on an H200.)
+// left the other warps idle after the barrier, slower at batch 1.)
 template <int kHeadDim, int kCombineWarps, int kBatch>
 __global__ void __launch_bounds__(kCombineWarps * 32)
     AttentionCombineKernel(AttentionParams p, int parts_n, const float* parts) {
@@ -160,9 +155,9 @@ constexpr bool IsColumns(HeadLayout layout) {
 }
 
 // Whether p's kv heads run paired (HeadsAsColumnsKernel's kPairedHeads): head_dim 64, an even
-// count, at most 4 q heads each, and each row of the cache's sections a pair's head of 128 dims
-// (H200, dense decode of 32/8 heads at head_dim 64, batch 32 x 8,192: 71.9 -> 61.2 us, 63% -> 74%
-// of copy).
+// count, at most 4 q heads each, and each row of the cache's sections a pair's head of 128 dims:
+// a CTA then reads rows of 128 dims as at head_dim 128 (bench/NOTES.md, other dense decode
+// shapes).
 inline bool PairsHeads(const AttentionParams& p) {
   const LayerCache& c = p.cache;
   const FormatTraits v = TraitsOf(c.v_codec.format);
@@ -268,10 +263,9 @@ inline Plan PlanFor(const AttentionParams& p, const PartsKernel& k, int position
 
 // Positions a heads-as-columns CTA of two kv heads must get, or it covers one. Two kv heads a CTA
 // read each position's pair of rows as one (fewer L2 requests per byte), but a launch of few
-// sequences then has half the CTAs a kv head, each with more positions: sparse decode of 2,048
-// positions at batch 1 took 14.4 us instead of 12.2 with one kv head a CTA, and with two tiles a
-// warp still 11.5 instead of 11.0 (64 positions a CTA). (Four kv heads a CTA, in chunks of 16
-// positions, measured slower than two everywhere on the H200.)
+// sequences then has half the CTAs a kv head, each with more positions, which is slower when a
+// CTA would get fewer than this (sparse decode at batch 1). Four kv heads a CTA measured slower
+// than two everywhere (bench/NOTES.md, sparse decode).
 inline constexpr int kMinPositionsForTwoKvHeads = 128;
 
 template <HeadLayout kLayout>
@@ -298,9 +292,8 @@ LaunchStatus WithPartsKernel(const AttentionParams& p, int positions, F&& f) {
       const Plan plan = PlanFor(p, decoded, positions);
       if (plan.tiles_per_cta > 1) return f(decoded, plan, head_dim);
       // A launch too small to fill the GPU with CTAs of several head tiles (one sequence): each
-      // warp decoding its own fragments is faster than decoding for one head tile in the CTA
-      // (sparse decode, 128 q heads, batch 1: 17.0 us against 19.7 for CTAs decoding once for two
-      // head tiles, 24.3 for four).
+      // warp decoding its own fragments is faster than decoding once for the CTA's head tiles
+      // (sparse decode of 128 q heads at batch 1).
     }
     if (!columns) {
       const PartsKernel& rows = PartsKernelFor<kD, kBits, kSparse, HeadLayout::kRows, 1>();

@@ -10,9 +10,9 @@
 // loaded an iteration ahead, so a copy never waits on a dependent load of the block table or of
 // the top-k indices. A cache row holds a position's heads side by side,
 // so two kv heads a CTA read it in longer pieces: fewer L2 requests per byte, and fewer 32-byte
-// sectors that two CTAs both read for their parts of it (V rows of 48 bytes). The L2 is what
-// limits the staging on an H200: alone, it streamed at 76% of copy bandwidth with one kv head a
-// CTA and padded K rows (the L2 at 90% of its throughput), at 88% with two and unpadded rows.
+// sectors that two CTAs both read for their parts of it (V rows of 48 bytes). The L2's throughput
+// is what limits the staging on an H200, so requests per byte decide its speed (bench/NOTES.md,
+// dense decode).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -515,11 +515,9 @@ inline constexpr int kQHeadDim = kPairedHeads ? kHeadDim / 2 : kHeadDim;
 // acc[e..e+3]). Set s, row r is local q head first_local + s·kRows + r of the kv head; the first
 // `heads` are real, padding comes after them. The loop runs over the real heads only, its body has
 // no branch and the warps' count is a constant, so that a thread's reads of all the warps' rows
-// are in flight together. (H200, same run: with the count a loop bound the compiler read the
-// warps' rows one after another, one element a thread, and sparse decode of 128 q heads at batch
-// 1 took 15.2-15.5 us; with it known and two elements a thread 11.9-12.0, at batch 128 125-126 ->
-// 118.5-119.7, dense decode at batch 1 62.5-62.9 -> 61.5-62.1; four elements a thread from rows
-// whose acc is 16-byte aligned, 128 heads at batch 128 116.2-117.3.)
+// are in flight together. (With the count a loop bound the compiler read the warps' rows one
+// after another, which cost sparse decode of 128 q heads at batch 1 about a quarter of its time;
+// four elements a thread come from rows whose acc is 16-byte aligned: bench/NOTES.md.)
 //
 // Paired heads (HeadsAsColumnsKernel's kPairedHeads): each row holds the accumulators of two cache
 // heads of kHeadDim / 2 side by side, and local q head c's own are the half c / heads_per_half

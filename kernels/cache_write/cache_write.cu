@@ -344,8 +344,8 @@ __device__ __forceinline__ void WriteV(const LayerCache& c, KvItem<kGroups>& it,
 }
 
 // Indexer keys: eight threads a token, one group of 16 elements each; the scale is the token's,
-// from the amax reduced across its threads. (Two groups a thread, so half the CTAs, measured 526
-// against 520 us for 32,768 tokens x 8 layers.)
+// from the amax reduced across its threads. (Two groups a thread, half the CTAs, measured slower:
+// bench/NOTES.md, cache write.)
 constexpr int kIndexThreads = kIndexHeadDim / 16;
 
 __device__ __forceinline__ void WriteIndexKeys(const CacheWriteParams& p, uint32_t item) {
@@ -354,9 +354,9 @@ __device__ __forceinline__ void WriteIndexKeys(const CacheWriteParams& p, uint32
   const int group = static_cast<int>(item % kIndexThreads);
   const bool live = token < p.num_tokens;
   const int64_t slot = live ? p.slot_mapping[token] : -1;
-  // Kept as loaded (8 registers, not 16) while the amax is reduced, unpacked again to store: 520
-  // against 522 us for 32,768 tokens x 8 layers with one unpacking (the whole kernel's registers
-  // are allocated together).
+  // Kept as loaded (8 registers, not 16) while the amax is reduced, unpacked again to store: the
+  // whole kernel's registers are allocated together, and the fewer this path holds the better
+  // (one unpacking measured slower).
   Bf16x16 raw = {};
   if (live) raw = LoadBf16x16(p.index_k + token * kIndexHeadDim + group * 16);
   float a = kIndexerMinAmax;
@@ -408,7 +408,7 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   KvItem<kGroups> it = LoadKvItem<kHeadDim, kGroups>(p, blockIdx.x * kThreads + threadIdx.x, heads);
   // The cells are copied while K and V are on their way (the indexer's CTAs returned above, so the
   // whole CTA is here), by loads that L1 caches: every CTA reads the same 1 KB, and copies that
-  // bypass L1 (cp.async.cg) took the 8 layers from 562 to 2,990 us.
+  // bypass L1 (cp.async.cg) made the write five times slower.
   __shared__ SharedCells cells;
   if constexpr (kVBits != 16) {
     constexpr int kCopies = kTurboCells * kCellCopies;
@@ -428,10 +428,10 @@ template <int kHeadDim, int kVBits>
 LaunchStatus Launch(const CacheWriteParams& p, cudaStream_t stream) {
   const int64_t kv_groups = p.num_tokens * p.cache.num_kv_heads * (kHeadDim / 16);
   // Two groups a thread where the CTAs come in waves: both groups' loads are in flight together,
-  // and the two share the slot, the row addresses and one stage of the rotation (H200, 32,768
-  // tokens x 8 layers: 534 us, against 561 for two groups of different tokens a thread and 552 for
-  // one). A write that fits the GPU at once (a decode step's tokens) takes one, so that no thread's
-  // chain of work is twice as long.
+  // and the two share the slot, the row addresses and one stage of the rotation (faster than one
+  // group, or two groups of different tokens, a thread: bench/NOTES.md, cache write). A write that
+  // fits the GPU at once (a decode step's tokens) takes one, so that no thread's chain of work is
+  // twice as long.
   const int groups = kv_groups > int64_t{SmCount()} * kCtasPerSm * kThreads ? 2 : 1;
   const int64_t kv_blocks = (kv_groups / groups + kThreads - 1) / kThreads;
   const int64_t index_blocks =
@@ -442,7 +442,7 @@ LaunchStatus Launch(const CacheWriteParams& p, cudaStream_t stream) {
   }
   const FastDivisor heads(static_cast<uint32_t>(p.cache.num_kv_heads));
   // A dependent launch: writes of several layers in a row start each one's CTAs during the tail of
-  // the one before instead of after it (H200, 32,768 tokens x 8 layers: 534 -> 524 us).
+  // the one before instead of after it.
   const dim3 grid(static_cast<unsigned>(kv_blocks + index_blocks));
   auto* kernel =
       groups == 2 ? CacheWriteKernel<kHeadDim, kVBits, 2> : CacheWriteKernel<kHeadDim, kVBits, 1>;

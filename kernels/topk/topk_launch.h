@@ -32,8 +32,8 @@ LaunchStatus TopkLaunch(const TopkParams& p, const TopkWorkspace& workspace, cud
 // How TopkLaunch's search decides a row: after two histogram passes when the bin of the k-th
 // largest score's top 24 bits holds no smaller score and no tie; else, when that bin holds at most
 // 2,048 scores (1,024 in batches of CTAs of 256 threads) and its 12-bit bin at most an eighth of
-// the row, from the candidate lists the second pass wrote (about 1.5 us more at 163,840 scores on
-// an H200); else after a third pass (about 4 us more, mostly its barrier).
+// the row, from the candidate lists the second pass wrote (a little more work in each CTA); else
+// after a third pass (a third barrier of the row's CTAs, the costliest way).
 struct TopkSearch {
   int passes = 0;          // histogram passes, 1 to 3, each ending at a barrier of the row's CTAs
   bool from_list = false;  // the k-th found in the candidate list after the second pass
