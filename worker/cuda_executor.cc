@@ -97,19 +97,38 @@ absl::Status CudaExecutor::Prefill(const PrefillWork& work) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::Decode(const DecodeWork& work) {
-  const int n = static_cast<int>(work.steps.size());
-  const int qh = ctx_.model.num_q_heads, d = ctx_.spec.head_dim, k = ctx_.model.topk;
-  const bool indexer = ctx_.spec.indexer;
-  const SyntheticConfig synth = SyntheticConfigOf(ctx_.model);
+// A decode job's device arrays: the steps' (uploaded once), the layer's inputs (synthetic or
+// uploaded, per layer) and the outputs of the layers returned.
+struct CudaExecutor::DecodeBuffers {
+  int n = 0;                      // steps
+  DecodeBatch batch;              // block tables, lengths, slots as the kernels take them
   bool synthetic_tokens = true, synthetic_queries = true;
+  SyntheticConfig synth;
+  int32_t *tables = nullptr, *lens = nullptr, *tokens = nullptr, *positions = nullptr;
+  int64_t* slots = nullptr;
+  uint64_t* seeds = nullptr;
+  int32_t *needle_pos = nullptr, *needle_tok = nullptr;
+  float* needle_gain = nullptr;
+  void *k = nullptr, *v = nullptr, *index_k = nullptr;              // the new tokens' [n, ...]
+  void *q = nullptr, *index_q = nullptr, *weights = nullptr;        // the queries [n, ...]
+  void* logits = nullptr;                                          // [n, max_len]
+  int out_layers = 0;                                              // layers returned
+  size_t out_per_layer = 0, topk_per_layer = 0;
+  float* out = nullptr;                                            // [out_layers or 1, n, qh, d]
+  int32_t* topk = nullptr;                                         // [out_layers or 1, n, k]
+};
+
+absl::StatusOr<CudaExecutor::DecodeBuffers> CudaExecutor::PrepareDecode(const DecodeWork& work) {
+  DecodeBuffers b;
+  b.n = static_cast<int>(work.steps.size());
+  const int n = b.n, qh = ctx_.model.num_q_heads, d = ctx_.spec.head_dim;
+  b.synth = SyntheticConfigOf(ctx_.model);
   for (const DecodeStepWork& s : work.steps) {
     RETURN_IF_ERROR(Copy(s.copies));
-    synthetic_tokens &= !s.activations.has_value();
-    synthetic_queries &= !s.queries.has_value();
+    b.synthetic_tokens &= !s.activations.has_value();
+    b.synthetic_queries &= !s.queries.has_value();
   }
-  const DecodeBatch batch = DecodeBatchOf(work);
-  const int32_t stride = batch.stride, max_len = batch.max_len;
+  b.batch = DecodeBatchOf(work);
   std::vector<int32_t> tokens(n), positions(n), needle_pos(n, -1), needle_tok(n, 0);
   std::vector<uint64_t> seeds(n);
   std::vector<float> needle_gain(n, 0.0f);
@@ -117,141 +136,167 @@ absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::Decode(const DecodeW
     const DecodeStepWork& s = work.steps[i];
     tokens[i] = s.token;
     positions[i] = static_cast<int32_t>(s.position);
-    seeds[i] = SyntheticStepSeed(synth, s.token, s.position);
+    seeds[i] = SyntheticStepSeed(b.synth, s.token, s.position);
     if (s.needle.has_value()) {
       needle_pos[i] = s.needle->position;
       needle_tok[i] = s.needle->token;
       needle_gain[i] = s.needle->gain;
     }
   }
-  ASSIGN_OR_RETURN(int32_t * d_tables, Upload(batch.tables, tables_));
-  ASSIGN_OR_RETURN(int32_t * d_lens, Upload(batch.lens, lens_));
-  ASSIGN_OR_RETURN(int64_t * d_slots, Upload(batch.slots, slots_));
-  ASSIGN_OR_RETURN(int32_t * d_tokens, Upload(tokens, tokens_));
-  ASSIGN_OR_RETURN(int32_t * d_positions, Upload(positions, positions_));
-  ASSIGN_OR_RETURN(uint64_t * d_seeds, Upload(seeds, seeds_));
-  ASSIGN_OR_RETURN(int32_t * d_needle_pos, Upload(needle_pos, needle_pos_));
-  ASSIGN_OR_RETURN(int32_t * d_needle_tok, Upload(needle_tok, needle_tok_));
-  ASSIGN_OR_RETURN(float* d_needle_gain, Upload(needle_gain, needle_gain_));
-
+  ASSIGN_OR_RETURN(b.tables, Upload(b.batch.tables, tables_));
+  ASSIGN_OR_RETURN(b.lens, Upload(b.batch.lens, lens_));
+  ASSIGN_OR_RETURN(b.slots, Upload(b.batch.slots, slots_));
+  ASSIGN_OR_RETURN(b.tokens, Upload(tokens, tokens_));
+  ASSIGN_OR_RETURN(b.positions, Upload(positions, positions_));
+  ASSIGN_OR_RETURN(b.seeds, Upload(seeds, seeds_));
+  ASSIGN_OR_RETURN(b.needle_pos, Upload(needle_pos, needle_pos_));
+  ASSIGN_OR_RETURN(b.needle_tok, Upload(needle_tok, needle_tok_));
+  ASSIGN_OR_RETURN(b.needle_gain, Upload(needle_gain, needle_gain_));
   const size_t row = static_cast<size_t>(ctx_.spec.num_kv_heads) * d;
-  ASSIGN_OR_RETURN(void* kv_k, k_.Get(n * row * sizeof(Bf16)));
-  ASSIGN_OR_RETURN(void* kv_v, v_.Get(n * row * sizeof(Bf16)));
-  ASSIGN_OR_RETURN(void* idx_k, index_k_.Get(n * kIndexHeadDim * sizeof(Bf16)));
-  ASSIGN_OR_RETURN(void* q, q_.Get(static_cast<size_t>(n) * qh * d * sizeof(Bf16)));
-  ASSIGN_OR_RETURN(void* idx_q, index_q_.Get(n * kIndexHeads * kIndexHeadDim * sizeof(Bf16)));
-  ASSIGN_OR_RETURN(void* weights, weights_.Get(n * kIndexHeads * sizeof(float)));
-  ASSIGN_OR_RETURN(void* logits, logits_.Get(static_cast<size_t>(n) * max_len * sizeof(float)));
-  const int out_layers = work.outputs == wire::OutputLayers::ALL    ? ctx_.spec.num_layers
-                         : work.outputs == wire::OutputLayers::LAST ? 1
-                                                                    : 0;
-  const size_t out_per_layer = static_cast<size_t>(n) * qh * d;
-  const size_t topk_per_layer = indexer ? static_cast<size_t>(n) * k : 0;
-  ASSIGN_OR_RETURN(void* out, out_.Get(std::max(out_layers, 1) * out_per_layer * sizeof(float)));
-  ASSIGN_OR_RETURN(void* topk,
-                   topk_.Get(std::max<size_t>(std::max(out_layers, 1) * topk_per_layer, 1) * 4));
+  ASSIGN_OR_RETURN(b.k, k_.Get(n * row * sizeof(Bf16)));
+  ASSIGN_OR_RETURN(b.v, v_.Get(n * row * sizeof(Bf16)));
+  ASSIGN_OR_RETURN(b.index_k, index_k_.Get(n * kIndexHeadDim * sizeof(Bf16)));
+  ASSIGN_OR_RETURN(b.q, q_.Get(static_cast<size_t>(n) * qh * d * sizeof(Bf16)));
+  ASSIGN_OR_RETURN(b.index_q, index_q_.Get(n * kIndexHeads * kIndexHeadDim * sizeof(Bf16)));
+  ASSIGN_OR_RETURN(b.weights, weights_.Get(n * kIndexHeads * sizeof(float)));
+  ASSIGN_OR_RETURN(b.logits,
+                   logits_.Get(static_cast<size_t>(n) * b.batch.max_len * sizeof(float)));
+  b.out_layers = work.outputs == wire::OutputLayers::ALL    ? ctx_.spec.num_layers
+                 : work.outputs == wire::OutputLayers::LAST ? 1
+                                                            : 0;
+  b.out_per_layer = static_cast<size_t>(n) * qh * d;
+  b.topk_per_layer = ctx_.spec.indexer ? static_cast<size_t>(n) * ctx_.model.topk : 0;
+  const size_t layers = static_cast<size_t>(std::max(b.out_layers, 1));
+  ASSIGN_OR_RETURN(void* out, out_.Get(layers * b.out_per_layer * sizeof(float)));
+  ASSIGN_OR_RETURN(void* topk, topk_.Get(std::max<size_t>(layers * b.topk_per_layer, 1) * 4));
+  b.out = static_cast<float*>(out);
+  b.topk = static_cast<int32_t*>(topk);
+  return b;
+}
 
-  TokenInputs host_tokens;
-  QueryInputs host_queries;
-  for (int l = 0; l < ctx_.spec.num_layers; ++l) {
-    const LayerCache cache = layout_.Layer(base_, ctx_.num_blocks, l);
-    if (synthetic_tokens) {
-      SyntheticTokensParams p =
-          SyntheticTokens(l, d_tokens, n, kv_k, kv_v, indexer ? idx_k : nullptr);
-      p.positions = d_positions;
-      RETURN_IF_ERROR(SyntheticTokensCuda(p, stream_));
-    } else {
-      FillDecodeTokenInputs(work, ctx_, l, &host_tokens);
-      ASSIGN_OR_RETURN(kv_k, Upload(host_tokens.k, k_));
-      ASSIGN_OR_RETURN(kv_v, Upload(host_tokens.v, v_));
-      if (indexer) {
-        ASSIGN_OR_RETURN(idx_k, Upload(host_tokens.index_k, index_k_));
-      }
-    }
-    RETURN_IF_ERROR(CacheWriteCuda(
-        CacheWriteParams{cache, static_cast<const Bf16*>(kv_k), static_cast<const Bf16*>(kv_v),
-                         indexer ? static_cast<const Bf16*>(idx_k) : nullptr, d_slots, n},
-        stream_));
-    if (synthetic_queries) {
-      SyntheticQueriesParams p;
-      p.config = synth;
-      p.layer = l;
-      p.num_steps = n;
-      p.num_q_heads = qh;
-      p.num_kv_heads = ctx_.spec.num_kv_heads;
-      p.head_dim = d;
-      p.step_seeds = d_seeds;
-      p.needle_positions = d_needle_pos;
-      p.needle_tokens = d_needle_tok;
-      p.needle_gains = d_needle_gain;
-      p.q = static_cast<Bf16*>(q);
-      p.index_q = indexer ? static_cast<Bf16*>(idx_q) : nullptr;
-      p.weights = indexer ? static_cast<float*>(weights) : nullptr;
-      RETURN_IF_ERROR(SyntheticQueriesCuda(p, stream_));
-    } else {
-      FillDecodeQueryInputs(work, ctx_, l, &host_queries);
-      ASSIGN_OR_RETURN(q, Upload(host_queries.q, q_));
-      if (indexer) {
-        ASSIGN_OR_RETURN(idx_q, Upload(host_queries.index_q, index_q_));
-        ASSIGN_OR_RETURN(weights, Upload(host_queries.weights, weights_));
-      }
-    }
-    // Unless all layers are returned, every layer writes the one output slot; the last one stays.
-    const int slot = work.outputs == wire::OutputLayers::ALL ? l : 0;
-    float* layer_out = static_cast<float*>(out) + slot * out_per_layer;
-    int32_t* layer_topk = static_cast<int32_t*>(topk) + slot * topk_per_layer;
-    const AttentionParams attn{.cache = cache,
-                               .q = static_cast<const Bf16*>(q),
-                               .block_tables = d_tables,
-                               .block_table_stride = stride,
-                               .seq_lens = d_lens,
-                               .out = layer_out,
-                               .num_seqs = n,
-                               .num_q_heads = qh,
-                               .softmax_scale = DefaultSoftmaxScale(d),
-                               .sparse_v_threshold = ctx_.model.sparse_v_threshold,
-                               .max_seq_len = max_len,
-                               .skipped_tiles = nullptr};
+absl::Status CudaExecutor::WriteDecodeTokens(const DecodeWork& work, int layer,
+                                             const LayerCache& cache, DecodeBuffers& b) {
+  const bool indexer = ctx_.spec.indexer;
+  if (b.synthetic_tokens) {
+    SyntheticTokensParams p =
+        SyntheticTokens(layer, b.tokens, b.n, b.k, b.v, indexer ? b.index_k : nullptr);
+    p.positions = b.positions;
+    RETURN_IF_ERROR(SyntheticTokensCuda(p, stream_));
+  } else {
+    FillDecodeTokenInputs(work, ctx_, layer, &host_tokens_);
+    ASSIGN_OR_RETURN(b.k, Upload(host_tokens_.k, k_));
+    ASSIGN_OR_RETURN(b.v, Upload(host_tokens_.v, v_));
     if (indexer) {
-      RETURN_IF_ERROR(IndexerLogitsCuda(
-          IndexerLogitsParams{cache, static_cast<const Bf16*>(idx_q),
-                              static_cast<const float*>(weights), d_tables, stride, d_lens,
-                              static_cast<float*>(logits), max_len, n, kIndexHeads},
-          stream_));
-      RETURN_IF_ERROR(
-          TopkCuda(TopkParams{static_cast<const float*>(logits), d_lens, layer_topk, max_len, n, k},
-                   kernel_ws_, stream_));
-      RETURN_IF_ERROR(
-          SparseDecodeCuda(SparseDecodeParams{attn, layer_topk, k}, kernel_ws_, stream_));
-    } else {
-      RETURN_IF_ERROR(
-          PagedDecodeCuda(PagedDecodeParams{attn, ctx_.model.Window(l)}, kernel_ws_, stream_));
+      ASSIGN_OR_RETURN(b.index_k, Upload(host_tokens_.index_k, index_k_));
     }
   }
-  std::vector<float> host_out(out_layers * out_per_layer);
-  std::vector<int32_t> host_topk(out_layers * topk_per_layer);
+  return CacheWriteCuda(
+      CacheWriteParams{cache, static_cast<const Bf16*>(b.k), static_cast<const Bf16*>(b.v),
+                       indexer ? static_cast<const Bf16*>(b.index_k) : nullptr, b.slots, b.n},
+      stream_);
+}
+
+absl::Status CudaExecutor::FillDecodeQueries(const DecodeWork& work, int layer,
+                                             DecodeBuffers& b) {
+  const bool indexer = ctx_.spec.indexer;
+  if (!b.synthetic_queries) {
+    FillDecodeQueryInputs(work, ctx_, layer, &host_queries_);
+    ASSIGN_OR_RETURN(b.q, Upload(host_queries_.q, q_));
+    if (indexer) {
+      ASSIGN_OR_RETURN(b.index_q, Upload(host_queries_.index_q, index_q_));
+      ASSIGN_OR_RETURN(b.weights, Upload(host_queries_.weights, weights_));
+    }
+    return absl::OkStatus();
+  }
+  SyntheticQueriesParams p;
+  p.config = b.synth;
+  p.layer = layer;
+  p.num_steps = b.n;
+  p.num_q_heads = ctx_.model.num_q_heads;
+  p.num_kv_heads = ctx_.spec.num_kv_heads;
+  p.head_dim = ctx_.spec.head_dim;
+  p.step_seeds = b.seeds;
+  p.needle_positions = b.needle_pos;
+  p.needle_tokens = b.needle_tok;
+  p.needle_gains = b.needle_gain;
+  p.q = static_cast<Bf16*>(b.q);
+  p.index_q = indexer ? static_cast<Bf16*>(b.index_q) : nullptr;
+  p.weights = indexer ? static_cast<float*>(b.weights) : nullptr;
+  return SyntheticQueriesCuda(p, stream_);
+}
+
+absl::Status CudaExecutor::Attend(int layer, const LayerCache& cache, const DecodeBuffers& b,
+                                  float* out, int32_t* topk) {
+  const int k = ctx_.model.topk;
+  const AttentionParams attn{.cache = cache,
+                             .q = static_cast<const Bf16*>(b.q),
+                             .block_tables = b.tables,
+                             .block_table_stride = b.batch.stride,
+                             .seq_lens = b.lens,
+                             .out = out,
+                             .num_seqs = b.n,
+                             .num_q_heads = ctx_.model.num_q_heads,
+                             .softmax_scale = DefaultSoftmaxScale(ctx_.spec.head_dim),
+                             .sparse_v_threshold = ctx_.model.sparse_v_threshold,
+                             .max_seq_len = b.batch.max_len,
+                             .skipped_tiles = nullptr};
+  if (!ctx_.spec.indexer) {
+    return PagedDecodeCuda(PagedDecodeParams{attn, ctx_.model.Window(layer)}, kernel_ws_,
+                           stream_);
+  }
+  float* logits = static_cast<float*>(b.logits);
+  RETURN_IF_ERROR(IndexerLogitsCuda(
+      IndexerLogitsParams{cache, static_cast<const Bf16*>(b.index_q),
+                          static_cast<const float*>(b.weights), b.tables, b.batch.stride, b.lens,
+                          logits, b.batch.max_len, b.n, kIndexHeads},
+      stream_));
+  RETURN_IF_ERROR(TopkCuda(TopkParams{logits, b.lens, topk, b.batch.max_len, b.n, k}, kernel_ws_,
+                           stream_));
+  return SparseDecodeCuda(SparseDecodeParams{attn, topk, k}, kernel_ws_, stream_);
+}
+
+absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::CollectOutputs(
+    const DecodeWork& work, const DecodeBuffers& b) {
+  const int qh = ctx_.model.num_q_heads, d = ctx_.spec.head_dim, k = ctx_.model.topk;
+  std::vector<float> host_out(b.out_layers * b.out_per_layer);
+  std::vector<int32_t> host_topk(b.out_layers * b.topk_per_layer);
   if (!host_out.empty()) {
-    KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out.data(), out, host_out.size() * sizeof(float),
+    KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out.data(), b.out,
+                                             host_out.size() * sizeof(float),
                                              cudaMemcpyDeviceToHost, stream_));
   }
   if (!host_topk.empty()) {
-    KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_topk.data(), topk,
+    KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_topk.data(), b.topk,
                                              host_topk.size() * sizeof(int32_t),
                                              cudaMemcpyDeviceToHost, stream_));
   }
   KVP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   std::vector<DecodeStepResult> results = EmptyResults(work);
-  for (int i = 0; i < n; ++i) {
-    for (int l = 0; l < out_layers; ++l) {
-      const float* o = host_out.data() + l * out_per_layer + static_cast<size_t>(i) * qh * d;
+  for (int i = 0; i < b.n; ++i) {
+    for (int l = 0; l < b.out_layers; ++l) {
+      const float* o = host_out.data() + l * b.out_per_layer + static_cast<size_t>(i) * qh * d;
       results[i].out.emplace_back(o, o + static_cast<size_t>(qh) * d);
-      if (indexer) {
-        const int32_t* t = host_topk.data() + l * topk_per_layer + static_cast<size_t>(i) * k;
+      if (ctx_.spec.indexer) {
+        const int32_t* t = host_topk.data() + l * b.topk_per_layer + static_cast<size_t>(i) * k;
         results[i].topk.emplace_back(t, t + k);
       }
     }
   }
   return results;
+}
+
+absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::Decode(const DecodeWork& work) {
+  ASSIGN_OR_RETURN(DecodeBuffers b, PrepareDecode(work));
+  for (int l = 0; l < ctx_.spec.num_layers; ++l) {
+    const LayerCache cache = layout_.Layer(base_, ctx_.num_blocks, l);
+    RETURN_IF_ERROR(WriteDecodeTokens(work, l, cache, b));
+    RETURN_IF_ERROR(FillDecodeQueries(work, l, b));
+    // Unless all layers are returned, every layer writes the one output slot; the last one stays.
+    const size_t slot = work.outputs == wire::OutputLayers::ALL ? static_cast<size_t>(l) : 0;
+    RETURN_IF_ERROR(Attend(l, cache, b, b.out + slot * b.out_per_layer,
+                           b.topk + slot * b.topk_per_layer));
+  }
+  return CollectOutputs(work, b);
 }
 
 }  // namespace kvp

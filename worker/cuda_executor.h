@@ -11,6 +11,7 @@
 #include "kernels/cuda_ops.h"
 #include "kvpool/layout/block_layout.h"
 #include "worker/executor.h"
+#include "worker/job_inputs.h"
 
 namespace kvp {
 
@@ -31,6 +32,19 @@ class CudaExecutor : public Executor {
   template <typename T>
   absl::StatusOr<T*> Upload(const std::vector<T>& host, CudaWorkspace& buffer);
   absl::Status Copy(const std::vector<BlockCopyPair>& copies);
+  // The steps of a decode job, in the order Decode takes them.
+  struct DecodeBuffers;
+  absl::StatusOr<DecodeBuffers> PrepareDecode(const DecodeWork& work);
+  // Layer `layer`: the new tokens' K/V written into their slots.
+  absl::Status WriteDecodeTokens(const DecodeWork& work, int layer, const LayerCache& cache,
+                                 DecodeBuffers& b);
+  // Layer `layer`: the queries, synthetic or uploaded.
+  absl::Status FillDecodeQueries(const DecodeWork& work, int layer, DecodeBuffers& b);
+  // Layer `layer`: indexer -> top-k -> sparse decode, or dense decode, into out (and topk).
+  absl::Status Attend(int layer, const LayerCache& cache, const DecodeBuffers& b, float* out,
+                      int32_t* topk);
+  absl::StatusOr<std::vector<DecodeStepResult>> CollectOutputs(const DecodeWork& work,
+                                                               const DecodeBuffers& b);
   // What prefill and decode ask of the synthetic generator alike: K and V (and index keys when
   // `index_k` is not null) of the `n` tokens `tokens` (device) of layer `layer`. The caller says
   // where the tokens' positions come from.
@@ -45,6 +59,9 @@ class CudaExecutor : public Executor {
   CudaWorkspace kernel_ws_, tokens_, positions_, slots_, tables_, lens_, k_, v_, index_k_, q_,
       index_q_, weights_, seeds_, needle_pos_, needle_tok_, needle_gain_, logits_, indices_, out_,
       topk_;
+  // Host staging of client tensors, reused across layers and jobs.
+  TokenInputs host_tokens_;
+  QueryInputs host_queries_;
 };
 
 }  // namespace kvp
