@@ -88,9 +88,12 @@ absl::Status CudaExecutor::Prefill(const PrefillWork& work) {
       RETURN_IF_ERROR(SyntheticTokensCuda(p, stream_));
     }
     RETURN_IF_ERROR(CacheWriteCuda(
-        CacheWriteParams{layout_.Layer(base_, ctx_.num_blocks, l), static_cast<const Bf16*>(k),
-                         static_cast<const Bf16*>(v),
-                         indexer ? static_cast<const Bf16*>(index_k) : nullptr, slots, n},
+        CacheWriteParams{.cache = layout_.Layer(base_, ctx_.num_blocks, l),
+                         .k = static_cast<const Bf16*>(k),
+                         .v = static_cast<const Bf16*>(v),
+                         .index_k = indexer ? static_cast<const Bf16*>(index_k) : nullptr,
+                         .slot_mapping = slots,
+                         .num_tokens = n},
         stream_));
   }
   KVP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
@@ -191,8 +194,12 @@ absl::Status CudaExecutor::WriteDecodeTokens(const DecodeWork& work, int layer,
     }
   }
   return CacheWriteCuda(
-      CacheWriteParams{cache, static_cast<const Bf16*>(b.k), static_cast<const Bf16*>(b.v),
-                       indexer ? static_cast<const Bf16*>(b.index_k) : nullptr, b.slots, b.n},
+      CacheWriteParams{.cache = cache,
+                       .k = static_cast<const Bf16*>(b.k),
+                       .v = static_cast<const Bf16*>(b.v),
+                       .index_k = indexer ? static_cast<const Bf16*>(b.index_k) : nullptr,
+                       .slot_mapping = b.slots,
+                       .num_tokens = b.n},
       stream_);
 }
 
@@ -241,18 +248,31 @@ absl::Status CudaExecutor::Attend(int layer, const LayerCache& cache, const Deco
                              .max_seq_len = b.batch.max_len,
                              .skipped_tiles = nullptr};
   if (!ctx_.spec.indexer) {
-    return PagedDecodeCuda(PagedDecodeParams{attn, ctx_.model.Window(layer)}, kernel_ws_,
-                           stream_);
+    return PagedDecodeCuda(PagedDecodeParams{.attn = attn, .window = ctx_.model.Window(layer)},
+                           kernel_ws_, stream_);
   }
   float* logits = static_cast<float*>(b.logits);
   RETURN_IF_ERROR(IndexerLogitsCuda(
-      IndexerLogitsParams{cache, static_cast<const Bf16*>(b.index_q),
-                          static_cast<const float*>(b.weights), b.tables, b.batch.stride, b.lens,
-                          logits, b.batch.max_len, b.n, kIndexHeads},
+      IndexerLogitsParams{.cache = cache,
+                          .index_q = static_cast<const Bf16*>(b.index_q),
+                          .head_weights = static_cast<const float*>(b.weights),
+                          .block_tables = b.tables,
+                          .block_table_stride = b.batch.stride,
+                          .seq_lens = b.lens,
+                          .logits = logits,
+                          .logits_stride = b.batch.max_len,
+                          .num_seqs = b.n,
+                          .num_heads = kIndexHeads},
       stream_));
-  RETURN_IF_ERROR(TopkCuda(TopkParams{logits, b.lens, topk, b.batch.max_len, b.n, k}, kernel_ws_,
-                           stream_));
-  return SparseDecodeCuda(SparseDecodeParams{attn, topk, k}, kernel_ws_, stream_);
+  RETURN_IF_ERROR(TopkCuda(TopkParams{.scores = logits,
+                                      .lengths = b.lens,
+                                      .indices = topk,
+                                      .scores_stride = b.batch.max_len,
+                                      .num_rows = b.n,
+                                      .k = k},
+                           kernel_ws_, stream_));
+  return SparseDecodeCuda(SparseDecodeParams{.attn = attn, .indices = topk, .topk = k},
+                          kernel_ws_, stream_);
 }
 
 absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::CollectOutputs(

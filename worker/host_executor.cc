@@ -57,8 +57,12 @@ absl::StatusOr<std::vector<DecodeStepResult>> HostExecutor::Decode(const DecodeW
     const LayerCache cache = layout_.Layer(base_, ctx_.num_blocks, l);
     FillDecodeTokenInputs(work, ctx_, l, &tokens);
     RETURN_IF_ERROR(CacheWriteRef(CacheWriteParams{
-        cache, tokens.k.data(), tokens.v.data(),
-        ctx_.spec.indexer ? tokens.index_k.data() : nullptr, batch.slots.data(), n}));
+        .cache = cache,
+        .k = tokens.k.data(),
+        .v = tokens.v.data(),
+        .index_k = ctx_.spec.indexer ? tokens.index_k.data() : nullptr,
+        .slot_mapping = batch.slots.data(),
+        .num_tokens = n}));
     FillDecodeQueryInputs(work, ctx_, l, &queries);
     const AttentionParams attn{.cache = cache,
                                .q = queries.q.data(),
@@ -74,13 +78,27 @@ absl::StatusOr<std::vector<DecodeStepResult>> HostExecutor::Decode(const DecodeW
                                .skipped_tiles = nullptr};
     if (ctx_.spec.indexer) {
       logits.resize(static_cast<size_t>(n) * max_len);
-      RETURN_IF_ERROR(IndexerLogitsRef(
-          IndexerLogitsParams{cache, queries.index_q.data(), queries.weights.data(), tables, stride,
-                              lens, logits.data(), max_len, n, kIndexHeads}));
-      RETURN_IF_ERROR(TopkRef(TopkParams{logits.data(), lens, indices.data(), max_len, n, k}));
-      RETURN_IF_ERROR(SparseDecodeRef(SparseDecodeParams{attn, indices.data(), k}));
+      RETURN_IF_ERROR(IndexerLogitsRef(IndexerLogitsParams{.cache = cache,
+                                                           .index_q = queries.index_q.data(),
+                                                           .head_weights = queries.weights.data(),
+                                                           .block_tables = tables,
+                                                           .block_table_stride = stride,
+                                                           .seq_lens = lens,
+                                                           .logits = logits.data(),
+                                                           .logits_stride = max_len,
+                                                           .num_seqs = n,
+                                                           .num_heads = kIndexHeads}));
+      RETURN_IF_ERROR(TopkRef(TopkParams{.scores = logits.data(),
+                                         .lengths = lens,
+                                         .indices = indices.data(),
+                                         .scores_stride = max_len,
+                                         .num_rows = n,
+                                         .k = k}));
+      RETURN_IF_ERROR(
+          SparseDecodeRef(SparseDecodeParams{.attn = attn, .indices = indices.data(), .topk = k}));
     } else {
-      RETURN_IF_ERROR(PagedDecodeRef(PagedDecodeParams{attn, ctx_.model.Window(l)}));
+      RETURN_IF_ERROR(
+          PagedDecodeRef(PagedDecodeParams{.attn = attn, .window = ctx_.model.Window(l)}));
     }
     const bool returned =
         work.outputs == wire::OutputLayers::ALL ||
