@@ -49,8 +49,8 @@ absl::Status Expand(absl::string_view arg, int depth, std::vector<std::string>& 
   }
   const std::string path(arg.substr(kFlagFilePrefix.size()));
   if (depth > kMaxFlagFileDepth) {
-    return absl::InvalidArgumentError(absl::StrCat("flag file ", path, " is nested more than ",
-                                                   kMaxFlagFileDepth, " deep"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("flag file ", path, " is nested more than ", kMaxFlagFileDepth, " deep"));
   }
   for (const std::string& outer : chain) {
     if (outer == path) {
@@ -88,9 +88,9 @@ absl::StatusOr<std::vector<std::string>> ParseFlagFileText(absl::string_view tex
     };
     if (flag.find('\0') != absl::string_view::npos) return bad("a NUL byte");
     if (!absl::StartsWith(flag, "--")) return bad("expected --name or --name=value");
-    const absl::string_view name = flag.substr(2, flag.find('=') == absl::string_view::npos
-                                                      ? absl::string_view::npos
-                                                      : flag.find('=') - 2);
+    const absl::string_view name =
+        flag.substr(2, flag.find('=') == absl::string_view::npos ? absl::string_view::npos
+                                                                 : flag.find('=') - 2);
     if (!IsFlagName(name)) return bad("a flag name is letters, digits and '_'");
     flags.emplace_back(flag);
   }

@@ -25,9 +25,9 @@ absl::StatusOr<std::vector<std::vector<float>>> ReadSamples(const std::string& p
   const size_t per_layer = bytes.size() / sizeof(float) / static_cast<size_t>(layers);
   if (bytes.size() % (sizeof(float) * layers) != 0 || per_layer == 0 ||
       per_layer % static_cast<size_t>(head_dim) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": ", bytes.size(), " bytes are not float32 [", layers, ", tokens, kv_heads, ",
-        head_dim, "]"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", bytes.size(),
+                                                   " bytes are not float32 [", layers,
+                                                   ", tokens, kv_heads, ", head_dim, "]"));
   }
   std::vector<std::vector<float>> out(layers, std::vector<float>(per_layer));
   for (int l = 0; l < layers; ++l) {

@@ -19,12 +19,12 @@ struct BackendCapabilities {
 // The CPU references serve every format in every role it may fill.
 inline constexpr BackendCapabilities kHostCapabilities{
     .cache_write = {FormatsOf({KvFormat::kBf16, KvFormat::kFp8E4m3}),
-                    FormatsOf({KvFormat::kBf16, KvFormat::kTurbo2, KvFormat::kTurbo3,
-                               KvFormat::kTurbo4}),
+                    FormatsOf(
+                        {KvFormat::kBf16, KvFormat::kTurbo2, KvFormat::kTurbo3, KvFormat::kTurbo4}),
                     kAllHeadDims},
     .attention = {FormatsOf({KvFormat::kBf16, KvFormat::kFp8E4m3}),
-                  FormatsOf({KvFormat::kBf16, KvFormat::kTurbo2, KvFormat::kTurbo3,
-                             KvFormat::kTurbo4}),
+                  FormatsOf(
+                      {KvFormat::kBf16, KvFormat::kTurbo2, KvFormat::kTurbo3, KvFormat::kTurbo4}),
                   kAllHeadDims},
 };
 
@@ -32,8 +32,8 @@ inline constexpr BackendCapabilities kHostCapabilities{
 // FP8 K and TurboNV V only.
 inline constexpr BackendCapabilities kCudaCapabilities{
     .cache_write = {FormatsOf({KvFormat::kBf16, KvFormat::kFp8E4m3}),
-                    FormatsOf({KvFormat::kBf16, KvFormat::kTurbo2, KvFormat::kTurbo3,
-                               KvFormat::kTurbo4}),
+                    FormatsOf(
+                        {KvFormat::kBf16, KvFormat::kTurbo2, KvFormat::kTurbo3, KvFormat::kTurbo4}),
                     kAllHeadDims},
     .attention = {FormatsOf({KvFormat::kFp8E4m3}),
                   FormatsOf({KvFormat::kTurbo2, KvFormat::kTurbo3, KvFormat::kTurbo4}),

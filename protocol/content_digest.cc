@@ -22,8 +22,8 @@ ContentDigester::ContentDigester() {
   randombytes_buf(key_.data(), key_.size());
 }
 
-std::vector<TokenDigest> ContentDigester::TokenDigests(wire::Activations::Reader in,
-                                                       uint32_t first, uint32_t count) const {
+std::vector<TokenDigest> ContentDigester::TokenDigests(wire::Activations::Reader in, uint32_t first,
+                                                       uint32_t count) const {
   const auto k = in.getK();
   const uint32_t total = k.size() > 0 && k[0].getShape().size() > 0 ? k[0].getShape()[0] : 0;
   std::vector<capnp::Data::Reader> tensors;

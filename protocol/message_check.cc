@@ -23,8 +23,10 @@ uint64_t BoundOf(const capnp::StructSchema::Field& field, const WireLimits& limi
     if (a.getId() == kMaxElementsAnnotation) return a.getValue().getUint32();
     if (a.getId() == kBoundByAnnotation) {
       switch (static_cast<wire::PoolBound>(a.getValue().getEnum())) {
-        case wire::PoolBound::LAYERS: return limits.max_layers;
-        case wire::PoolBound::BLOCKS: return limits.max_blocks;
+        case wire::PoolBound::LAYERS:
+          return limits.max_layers;
+        case wire::PoolBound::BLOCKS:
+          return limits.max_blocks;
       }
     }
   }
@@ -131,8 +133,8 @@ absl::Status CheckEnvelope(wire::Envelope::Reader envelope, const WireLimits& li
   kj::Maybe<kj::Exception> failure =
       kj::runCatchingExceptions([&] { status = checker.Struct(capnp::toDynamic(envelope)); });
   KJ_IF_MAYBE (e, failure) {
-    return absl::InvalidArgumentError(absl::StrCat("malformed message at ", checker.path(), ": ",
-                                                   e->getDescription().cStr()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("malformed message at ", checker.path(), ": ", e->getDescription().cStr()));
   }
   return status;
 }

@@ -20,8 +20,8 @@ inline constexpr int kCalibrationMaxExponent = 16;
 
 struct CalibrationResult {
   float scale = 1.0f;
-  double relative_mse = 0;           // at `scale`: Σ(x̂ - x)² / Σx²
-  double relative_mse_at_one = 0;    // at scale 1, for comparison
+  double relative_mse = 0;         // at `scale`: Σ(x̂ - x)² / Σx²
+  double relative_mse_at_one = 0;  // at scale 1, for comparison
 };
 
 // `values`: whole token-head vectors of `head_dim` (a multiple of head_dim values), finite. For a

@@ -10,9 +10,9 @@ namespace kvp {
 absl::Status ValidateModelConfig(const ModelConfig& model, const PoolSpec& spec) {
   if (model.num_q_heads <= 0 || model.num_q_heads % spec.num_kv_heads != 0 ||
       model.num_q_heads / spec.num_kv_heads > kMaxQHeadsPerKvHead) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("q heads ", model.num_q_heads, " must be 1 to 16 times the ",
-                     spec.num_kv_heads, " kv heads"));
+    return absl::InvalidArgumentError(absl::StrCat("q heads ", model.num_q_heads,
+                                                   " must be 1 to 16 times the ", spec.num_kv_heads,
+                                                   " kv heads"));
   }
   if (model.topk < 1 || model.topk > kMaxTopk) {
     return absl::InvalidArgumentError(
@@ -35,9 +35,8 @@ absl::Status ValidateModelConfig(const ModelConfig& model, const PoolSpec& spec)
     }
   }
   if (!std::isfinite(model.sparse_v_threshold) || model.sparse_v_threshold < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("the sparse-V threshold ",
-                                                   model.sparse_v_threshold,
-                                                   " is not a finite value >= 0"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the sparse-V threshold ", model.sparse_v_threshold, " is not a finite value >= 0"));
   }
   return absl::OkStatus();
 }

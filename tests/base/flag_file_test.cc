@@ -15,24 +15,22 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 TEST(FlagFileTest, FlagsCommentsAndBlankLines) {
-  auto flags = ParseFlagFileText("# kvpoold\n--layers=4\n\n  --indexer  \n--k_scales=0.5,0.25\r\n",
-                                 "f");
+  auto flags =
+      ParseFlagFileText("# kvpoold\n--layers=4\n\n  --indexer  \n--k_scales=0.5,0.25\r\n", "f");
   ASSERT_TRUE(flags.ok()) << flags.status();
   EXPECT_THAT(*flags, ElementsAre("--layers=4", "--indexer", "--k_scales=0.5,0.25"));
 }
 
 TEST(FlagFileTest, MalformedLinesNameTheFileAndLine) {
   const std::string nul("--ok\n--bad\0name\n", 17);
-  for (const std::string& text :
-       {std::string("--layers=4\nlayers=4\n"), std::string("--=4\n"),
-        std::string("--la yers=4\n"), std::string("-\n"), nul}) {
+  for (const std::string& text : {std::string("--layers=4\nlayers=4\n"), std::string("--=4\n"),
+                                  std::string("--la yers=4\n"), std::string("-\n"), nul}) {
     absl::Status status = ParseFlagFileText(text, "kvpoold.flags").status();
     EXPECT_TRUE(absl::IsInvalidArgument(status)) << text;
     EXPECT_THAT(status.message(), HasSubstr("kvpoold.flags:")) << text;
   }
-  EXPECT_TRUE(
-      absl::IsInvalidArgument(ParseFlagFileText(std::string(kMaxFlagFileBytes + 1, '#'), "f")
-                                  .status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(
+      ParseFlagFileText(std::string(kMaxFlagFileBytes + 1, '#'), "f").status()));
 }
 
 TEST(FlagFileTest, FilesExpandInPlaceAndMayNotIncludeThemselves) {

@@ -37,9 +37,15 @@ class Driver {
     const uint64_t seq = in_.Below(6);
     uint64_t id = next_id_++;
     switch (in_.Below(13)) {
-      case 0: Deliver(client, Prefill(id, seq)); break;
-      case 1: Deliver(client, Decode(id)); break;
-      case 2: Deliver(client, Append(id, seq)); break;
+      case 0:
+        Deliver(client, Prefill(id, seq));
+        break;
+      case 1:
+        Deliver(client, Decode(id));
+        break;
+      case 2:
+        Deliver(client, Append(id, seq));
+        break;
       case 3: {
         EnvelopeBuilder m(id);
         m.envelope().getBody().initCommit().setSequence(seq);
@@ -81,8 +87,13 @@ class Driver {
         Collect(service_.Register(kWorkers[w], kWorkerRoles[w]));
         break;
       }
-      case 9: case 10: Report(/*failed=*/in_.Below(4) == 0); break;
-      case 11: Collect(service_.Tick(static_cast<int64_t>(in_.Below(8)) * 500'000)); break;
+      case 9:
+      case 10:
+        Report(/*failed=*/in_.Below(4) == 0);
+        break;
+      case 11:
+        Collect(service_.Tick(static_cast<int64_t>(in_.Below(8)) * 500'000));
+        break;
       case 12: {  // a worker's heartbeat keeps it alive while the clock runs
         const int w = static_cast<int>(in_.Below(3));
         if (auto it = leases_.find(kWorkers[w]); it != leases_.end()) {
@@ -159,7 +170,9 @@ class Driver {
     return m;
   }
 
-  void Deliver(const std::string& from, const EnvelopeBuilder& m) { Collect(service_.Send(from, m)); }
+  void Deliver(const std::string& from, const EnvelopeBuilder& m) {
+    Collect(service_.Send(from, m));
+  }
 
   // Remembers the jobs and leases the broker's messages hand out.
   void Collect(Outbox out) {
@@ -171,7 +184,8 @@ class Driver {
       if (body.isPrefillJob()) {
         jobs_.push_back({to[i], body.getPrefillJob().getJob(), 0});
       } else if (body.isDecodeJob()) {
-        jobs_.push_back({to[i], body.getDecodeJob().getJob(), body.getDecodeJob().getSteps().size()});
+        jobs_.push_back(
+            {to[i], body.getDecodeJob().getJob(), body.getDecodeJob().getSteps().size()});
       } else if (body.isRegisterReply()) {
         leases_[to[i]] = body.getRegisterReply().getLease();
       }

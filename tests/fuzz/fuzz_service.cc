@@ -1,9 +1,9 @@
 #include "tests/fuzz/fuzz_service.h"
 
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
 #include <cstdlib>
-
-#include <spdlog/spdlog.h>
 
 #include "kernels/capabilities.h"
 #include "protocol/capabilities_codec.h"

@@ -14,8 +14,8 @@
 namespace kvp::fuzz {
 
 // The pool the targets fuzz: small, so that full pools, evictions and limits are reached.
-PoolSpec FuzzPoolSpec();       // 2 layers, 2 kv heads of 64, blocks of 16, indexer, turbo3 V
-ModelConfig FuzzModel();       // 4 q heads, top-32
+PoolSpec FuzzPoolSpec();  // 2 layers, 2 kv heads of 64, blocks of 16, indexer, turbo3 V
+ModelConfig FuzzModel();  // 4 q heads, top-32
 inline constexpr int kFuzzBlocks = 48;
 
 class FuzzService {

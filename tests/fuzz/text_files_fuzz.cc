@@ -22,7 +22,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     absl::StatusOr<std::vector<std::string>> keys = ParseCurveKeyLines(text, "fuzz.keys");
     if (!keys.ok()) return 0;
     for (const std::string& k : *keys) {
-      if (k.size() != 40) fuzz::CheckOrDie(absl::InternalError(k), "accepted a line that is no key");
+      if (k.size() != 40)
+        fuzz::CheckOrDie(absl::InternalError(k), "accepted a line that is no key");
     }
   }
   return 0;

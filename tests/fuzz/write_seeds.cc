@@ -20,7 +20,8 @@ namespace {
 
 std::string Bytes(const EnvelopeBuilder& m) {
   std::string out;
-  for (const zmq::message_t& f : m.Frame()) out.append(static_cast<const char*>(f.data()), f.size());
+  for (const zmq::message_t& f : m.Frame())
+    out.append(static_cast<const char*>(f.data()), f.size());
   return out;
 }
 
@@ -83,12 +84,24 @@ void EnvelopeSeeds(Seeds& seeds) {
     EnvelopeBuilder m(6);
     auto body = m.envelope().getBody();
     switch (kind) {
-      case 0: body.initCommit().setSequence(1); break;
-      case 1: body.initAbort().setSequence(1); break;
-      case 2: body.initRelease().setSequence(1); break;
-      case 3: body.initFork().setSource(1); break;
-      case 4: body.initStats(); break;
-      case 5: body.initHealth(); break;
+      case 0:
+        body.initCommit().setSequence(1);
+        break;
+      case 1:
+        body.initAbort().setSequence(1);
+        break;
+      case 2:
+        body.initRelease().setSequence(1);
+        break;
+      case 3:
+        body.initFork().setSource(1);
+        break;
+      case 4:
+        body.initStats();
+        break;
+      case 5:
+        body.initHealth();
+        break;
     }
     seeds.Envelope("request_" + std::to_string(kind), kind % 2, m);
   }

@@ -4,8 +4,11 @@
 #include <capnp/message.h>
 
 #include <functional>
+#include <zmq_addon.hpp>
 
+#include "absl/strings/str_cat.h"
 #include "protocol/kvpool.capnp.h"
+#include "protocol/status_codec.h"
 
 namespace kvp::testing {
 namespace {
@@ -25,6 +28,24 @@ MalformedMessage Build(std::string what, const std::function<void(wire::Envelope
 }
 
 }  // namespace
+
+absl::Status ExpectRefused(Dealer& dealer, const MalformedMessage& m) {
+  std::vector<zmq::message_t> frames;
+  for (const std::string& f : m.frames) frames.emplace_back(f.data(), f.size());
+  if (!zmq::send_multipart(dealer.socket(), frames).has_value()) {
+    return absl::UnavailableError(absl::StrCat(m.what, ": not sent"));
+  }
+  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = dealer.Receive(10'000);
+  if (!reply.ok())
+    return absl::UnavailableError(absl::StrCat(m.what, ": ", reply.status().ToString()));
+  const auto body = (*reply)->envelope().getBody();
+  const absl::Status answer = body.isError() ? StatusFromWire(body.getError()) : absl::OkStatus();
+  if ((*reply)->request_id() != 9 || !absl::IsInvalidArgument(answer)) {
+    return absl::InternalError(absl::StrCat(m.what, ": answered request ", (*reply)->request_id(),
+                                            " with ", answer.ToString()));
+  }
+  return absl::OkStatus();
+}
 
 std::vector<MalformedMessage> MalformedMessages() {
   std::vector<MalformedMessage> all;

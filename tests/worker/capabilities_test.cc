@@ -1,11 +1,12 @@
 // What a worker registers for is what it runs (kernels/capabilities.h): every pool the host
 // backend's table says a prefill or decode worker serves takes a prefill and a decode step
 // through the host executor, and kvpoold refuses a worker for a pool its table lacks.
+#include "kernels/capabilities.h"
+
 #include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "kernels/capabilities.h"
 #include "kvpool/layout/block_layout.h"
 #include "protocol/capabilities_codec.h"
 #include "protocol/framing.h"
