@@ -14,7 +14,8 @@
 //     (up to max_job_attempts), or failed to the client with ABORTED and its append aborted;
 //   - a client whose lease expires loses its sequences; blocks a running job is writing are
 //     returned only when that job ends, so no worker writes into a block given to someone else.
-// Not thread-safe: one loop owns it.
+// Not thread-safe: one loop owns it. broker.cc holds the request handlers, broker_jobs.cc the
+// leases and jobs.
 #pragma once
 
 #include <cstdint>
@@ -101,6 +102,7 @@ class Broker {
  private:
   using JobId = uint64_t;
   enum class Role { kPrefill = 0, kDecode = 1 };
+  static const char* RoleName(Role role) { return role == Role::kPrefill ? "prefill" : "decode"; }
   struct Job {
     Role role;
     std::string client;  // ROUTER identity of the requester

@@ -1,0 +1,279 @@
+// The Broker's leases and jobs (daemon/broker.h): leases granted, renewed and reaped, and how a
+// job is queued, dispatched to a worker, re-queued when its worker goes and finished (commit and
+// reply, or abort and error). The request handlers are in broker.cc.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "daemon/broker.h"  // the class whose members these are
+#include "protocol/lists.h"
+
+namespace kvp {
+
+// ---- Leases ----
+
+LeaseId Broker::ClientLease(const std::string& identity) {
+  LeaseTable& leases = pool_->leases();
+  if (auto it = client_leases_.find(identity); it != client_leases_.end()) {
+    if (leases.Renew(it->second).ok()) return it->second;
+  }
+  const LeaseId lease =
+      leases.Grant(absl::StrCat("client ", identity), options_.client_lease_micros);
+  client_leases_[identity] = lease;
+  client_identities_[lease] = identity;
+  return lease;
+}
+
+absl::Status Broker::CheckOwnedIdle(SeqId seq, LeaseId lease) const {
+  ASSIGN_OR_RETURN(LeaseId owner, pool_->sequences().Owner(seq));
+  if (owner != lease) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", seq, " belongs to another client"));
+  }
+  if (busy_.contains(seq)) {
+    return absl::FailedPreconditionError(absl::StrCat("sequence ", seq, " has a job in flight"));
+  }
+  return absl::OkStatus();
+}
+
+bool Broker::HasWorker(Role role) const {
+  return std::any_of(workers_.begin(), workers_.end(),
+                     [&](const auto& w) { return w.second.role == role; });
+}
+
+void Broker::Tick(Outbox& out) {
+  for (LeaseId lease : pool_->leases().Expire()) {
+    ++metrics_.leases_reaped;
+    if (workers_.contains(lease)) {
+      EndWorker(lease, "its lease expired", out);
+    } else {
+      spdlog::info("client lease {} expired; its sequences are released", lease);
+      EndClient(lease);
+    }
+  }
+  Dispatch(out);
+}
+
+void Broker::ReleaseLeaseHoldings(LeaseId lease) {
+  // The sequences of a client lease go; workers need not keep their tables.
+  for (auto& [worker, held] : sent_tables_) {
+    std::vector<SeqId>& forget = forget_[worker];
+    for (auto it = held.begin(); it != held.end();) {
+      auto owner = pool_->sequences().Owner(it->first);
+      if (owner.ok() && *owner == lease) {
+        forget.push_back(it->first);
+        held.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  pool_->sequences().ForgetLease(lease);
+  pool_->blocks().ReleaseLease(lease);
+}
+
+void Broker::EndWorker(LeaseId lease, const std::string& why, Outbox& out) {
+  auto it = workers_.find(lease);
+  const Worker worker = std::move(it->second);
+  workers_.erase(it);
+  if (auto w = worker_leases_.find(worker.identity);
+      w != worker_leases_.end() && w->second == lease) {
+    worker_leases_.erase(w);
+  }
+  pool_->leases().Revoke(lease);
+  ReleaseLeaseHoldings(lease);
+  sent_tables_.erase(lease);
+  forget_.erase(lease);
+  spdlog::warn("{} worker pid {} (lease {}) is gone: {}", RoleName(worker.role), worker.pid, lease,
+               why);
+  if (!worker.job.has_value()) return;
+  Job& job = jobs_.at(*worker.job);
+  job.worker = 0;
+  // A job whose client is gone is not tried again: nobody waits for it, and its blocks return
+  // only when it ends (a re-queued one might wait for a worker forever).
+  if (!job.client_gone && job.attempts < options_.max_job_attempts && HasWorker(worker.role)) {
+    ++metrics_.jobs_requeued;
+    queues_[static_cast<int>(worker.role)].push_front(*worker.job);
+    return;
+  }
+  FinishJob(*worker.job,
+            absl::AbortedError(absl::StrCat("the ", RoleName(worker.role), " worker running job ",
+                                            *worker.job, " went away (", why,
+                                            ") and no other could take it; nothing was "
+                                            "committed")),
+            nullptr, out);
+}
+
+void Broker::EndClient(LeaseId lease) {
+  if (auto it = client_identities_.find(lease); it != client_identities_.end()) {
+    if (auto c = client_leases_.find(it->second); c != client_leases_.end() && c->second == lease) {
+      client_leases_.erase(c);
+    }
+    client_identities_.erase(it);
+  }
+  int running = 0;
+  std::vector<JobId> queued;
+  for (auto& [id, job] : jobs_) {
+    if (job.client_lease != lease) continue;
+    if (job.worker == 0) {
+      queued.push_back(id);
+    } else {
+      job.client_gone = true;
+      ++running;
+    }
+  }
+  usage_.erase(lease);  // its running jobs end without it
+  for (JobId id : queued) {
+    for (SeqId s : jobs_.at(id).sequences) busy_.erase(s);
+    for (auto& q : queues_) q.erase(std::remove(q.begin(), q.end(), id), q.end());
+    jobs_.erase(id);
+  }
+  if (running == 0) {
+    ReleaseLeaseHoldings(lease);
+  } else {
+    deferred_[lease] = running;  // the running jobs' blocks return when they end
+  }
+}
+
+// ---- Jobs ----
+
+void Broker::Enqueue(Job job, Outbox& out) {
+  const JobId id = job.message.envelope().getRequestId();
+  ++usage_[job.client_lease].requests;
+  for (SeqId s : job.sequences) busy_[s] = id;
+  queues_[static_cast<int>(job.role)].push_back(id);
+  jobs_.emplace(id, std::move(job));
+  Dispatch(out);
+}
+
+void Broker::Dispatch(Outbox& out) {
+  for (auto& [lease, worker] : workers_) {
+    auto& queue = queues_[static_cast<int>(worker.role)];
+    if (worker.job.has_value() || queue.empty()) continue;
+    const JobId id = queue.front();
+    queue.pop_front();
+    Job& job = jobs_.at(id);
+    job.worker = lease;
+    ++job.attempts;
+    worker.job = id;
+    if (job.role == Role::kDecode) {
+      out.push_back({worker.identity, DecodeJobFor(job, lease).Frame()});
+    } else {
+      out.push_back({worker.identity, job.message.Frame()});
+    }
+  }
+}
+
+EnvelopeBuilder Broker::DecodeJobFor(const Job& job, LeaseId worker) {
+  EnvelopeBuilder message(job.message.request_id());
+  message.envelope().getBody().setDecodeJob(job.message.reader().getBody().getDecodeJob());
+  auto dj = message.envelope().getBody().getDecodeJob();
+  auto& held = sent_tables_[worker];
+  auto steps = dj.getSteps();
+  for (unsigned i = 0; i < steps.size(); ++i) {
+    const SeqId seq = steps[i].getSequence();
+    // A job's sequences outlive it (EndClient defers a running job's); were one gone, its empty
+    // table would fail the step at the worker rather than here.
+    const absl::StatusOr<absl::Span<const BlockId>> blocks = pool_->sequences().Blocks(seq);
+    const absl::Span<const BlockId> table = blocks.ok() ? *blocks : absl::Span<const BlockId>();
+    HeldBlockTable& known = held[seq];
+    const size_t from = CommonPrefix(known.blocks(), table);
+    known.Replace(from, table.subspan(from));
+    steps[i].setBlockTableFrom(static_cast<uint32_t>(from));
+    steps[i].setBlockTableHash(known.hash());
+    FillList(steps[i].initBlockTable(table.size() - from), table.subspan(from));
+  }
+  if (auto f = forget_.find(worker); f != forget_.end()) {
+    FillList(dj.initForget(f->second.size()), f->second);
+    forget_.erase(f);
+  }
+  return message;
+}
+
+void Broker::ForgetTables(SeqId seq) {
+  for (auto& [worker, held] : sent_tables_) {
+    if (held.erase(seq) > 0) forget_[worker].push_back(seq);
+  }
+}
+
+void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone::Reader* done,
+                       Outbox& out) {
+  const int64_t started = clock_->NowMicros();
+  auto node = jobs_.extract(id);
+  Job& job = node.mapped();
+  if (auto w = workers_.find(job.worker); w != workers_.end()) w->second.job.reset();
+  for (SeqId s : job.sequences) busy_.erase(s);
+  if (auto u = usage_.find(job.client_lease); u != usage_.end()) --u->second.requests;
+  const std::string kind = RoleName(job.role);
+  if (job.client_gone) {
+    if (--deferred_[job.client_lease] == 0) {
+      deferred_.erase(job.client_lease);
+      ReleaseLeaseHoldings(job.client_lease);
+    }
+    metrics_.ObserveJob(kind, "client_gone", 0);
+    Dispatch(out);
+    return;
+  }
+  SequenceTable& sequences = pool_->sequences();
+  absl::Status status = result;
+  if (!status.ok() && job.role == Role::kDecode) {
+    sent_tables_.erase(job.worker);  // what the worker holds is unknown now: send whole tables
+  }
+  if (status.ok()) {
+    for (SeqId s : job.sequences) {
+      if (absl::Status c = sequences.Commit(s); !c.ok() && status.ok()) status = c;
+    }
+  } else {
+    for (SeqId s : job.sequences) sequences.Abort(s).IgnoreError();
+  }
+  const double seconds = (clock_->NowMicros() - job.submitted_micros) * 1e-6;
+  metrics_.ObserveJob(kind, status.ok() ? "ok" : "error", seconds);
+  if (!status.ok()) {
+    ReplyError(out, job.client, job.request_id, status);
+  } else if (job.role == Role::kPrefill) {
+    EnvelopeBuilder reply(job.request_id);
+    auto p = reply.envelope().getBody().initPrefillReply();
+    const SeqId seq = job.sequences.front();
+    p.setSequence(seq);
+    p.setLength(static_cast<uint64_t>(sequences.Length(seq).value_or(0)));
+    p.setPrefixHitTokens(static_cast<uint32_t>(job.prefix_hit_tokens));
+    Reply(out, job.client, std::move(reply));
+  } else {
+    EnvelopeBuilder reply(job.request_id);
+    auto d = reply.envelope().getBody().initDecodeReply();
+    d.setOutputs(done->getOutputs());
+    d.setWorkerMicros(done->getExecMicros());
+    d.setWorkerHandleMicros(done->getHandleMicros());
+    d.setBrokerMicros(static_cast<uint64_t>(job.broker_micros + clock_->NowMicros() - started));
+    Reply(out, job.client, std::move(reply));
+  }
+  Dispatch(out);
+}
+
+std::string Broker::MetricsText() const {
+  PoolGauges g;
+  g.gpu = options_.gpu;
+  g.blocks = pool_->blocks().counts();
+  g.leases = pool_->leases().size();
+  g.sequences = pool_->sequences().size();
+  g.workers = {{"prefill", 0}, {"decode", 0}};
+  for (const auto& [lease, w] : workers_) ++g.workers[RoleName(w.role)];
+  g.jobs_queued = queues_[0].size() + queues_[1].size();
+  g.jobs_running = jobs_.size() - g.jobs_queued;
+  g.draining = draining_;
+  const PoolSpec& spec = pool_->layout().spec();
+  for (int l = 0; l < spec.num_layers; ++l) {
+    g.k_scales.push_back(spec.KScale(l));
+    g.v_scales.push_back(spec.VScale(l));
+    g.sliding_windows.push_back(options_.model.Window(l));
+  }
+  g.sparse_v_threshold = options_.model.sparse_v_threshold;
+  g.client_max_blocks = options_.client_max_blocks;
+  g.client_max_requests = options_.client_max_requests;
+  return RenderPrometheus(metrics_, g);
+}
+
+}  // namespace kvp
