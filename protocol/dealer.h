@@ -26,6 +26,9 @@ class Dealer {
   // with `curve`, as a CURVE client (kvpoold's tcp:// endpoint).
   Dealer(zmq::context_t& context, const std::string& endpoint, const std::string& identity,
          const CurveClientKeys* curve = nullptr);
+  ~Dealer();
+  Dealer(const Dealer&) = delete;
+  Dealer& operator=(const Dealer&) = delete;
 
   // With keep-alive (> 0), a wait heartbeats kvpoold every `millis` (a client heartbeat, lease 0,
   // request id 0) and drops the heartbeat replies, so a client waiting for a long job keeps its
