@@ -1,15 +1,11 @@
 #include "base/flag_file.h"
 
-#include <cerrno>
-#include <cstring>
-#include <fstream>
-#include <iterator>
-
 #include "absl/flags/parse.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/bounded_file.h"
 
 namespace kvp {
 namespace {
@@ -22,23 +18,6 @@ bool IsFlagName(absl::string_view name) {
     if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_') return false;
   }
   return true;
-}
-
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read flag file ", path, ": ", std::strerror(errno)));
-  }
-  std::string text;
-  text.resize(kMaxFlagFileBytes + 1);
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (text.size() > kMaxFlagFileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("flag file ", path, " is over ", kMaxFlagFileBytes, " bytes"));
-  }
-  return text;
 }
 
 absl::Status Expand(absl::string_view arg, int depth, std::vector<std::string>& chain,
@@ -57,7 +36,7 @@ absl::Status Expand(absl::string_view arg, int depth, std::vector<std::string>& 
       return absl::InvalidArgumentError(absl::StrCat("flag file ", path, " includes itself"));
     }
   }
-  absl::StatusOr<std::string> text = ReadFile(path);
+  absl::StatusOr<std::string> text = ReadBoundedFile(path, kMaxFlagFileBytes, "flag file");
   if (!text.ok()) return text.status();
   absl::StatusOr<std::vector<std::string>> flags = ParseFlagFileText(*text, path);
   if (!flags.ok()) return flags.status();

@@ -15,7 +15,6 @@
 #include "daemon/served_arena.h"
 #include "kvpool/arena/fd_channel.h"
 #include "kvpool/pool/pool.h"
-#include "protocol/wire_limits.h"
 
 namespace kvp {
 

@@ -5,11 +5,11 @@
 
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "base/bounded_file.h"
 #include "base/status_macros.h"
 
 namespace kvp {
@@ -35,18 +35,8 @@ absl::StatusOr<std::string> DecodeZ85Key(absl::string_view text) {
 constexpr size_t kMaxKeyFileBytes = size_t{1} << 20;
 
 absl::StatusOr<std::vector<std::string>> KeyLines(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("cannot read CURVE key file ", path, ": ", std::strerror(errno)));
-  }
-  std::string text(kMaxKeyFileBytes + 1, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(text.size()));
-  text.resize(static_cast<size_t>(in.gcount()));
-  if (text.size() > kMaxKeyFileBytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("CURVE key file ", path, " is over ", kMaxKeyFileBytes, " bytes"));
-  }
+  ASSIGN_OR_RETURN(const std::string text,
+                   ReadBoundedFile(path, kMaxKeyFileBytes, "CURVE key file"));
   return ParseCurveKeyLines(text, path);
 }
 

@@ -10,7 +10,6 @@
 #include <limits>
 #include <random>
 #include <zmq.hpp>
-#include <zmq_addon.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"

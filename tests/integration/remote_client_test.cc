@@ -4,7 +4,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <zmq_addon.hpp>
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
@@ -12,7 +11,6 @@
 #include "gtest/gtest.h"
 #include "protocol/curve.h"
 #include "protocol/dealer.h"
-#include "protocol/status_codec.h"
 #include "tests/integration/malformed_messages.h"
 #include "tests/integration/service_processes.h"
 
