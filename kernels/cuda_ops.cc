@@ -79,6 +79,10 @@ absl::Status ScatterBlocksCuda(const BlockCopyParams& p, cudaStream_t stream) {
   return LaunchToStatus(ScatterBlocksLaunch(p, stream), "block scatter");
 }
 
+absl::Status MoveBlocksCuda(const BlockMoveParams& p, cudaStream_t stream) {
+  return LaunchToStatus(MoveBlocksLaunch(p, stream), "block move");
+}
+
 absl::Status SyntheticTokensCuda(const SyntheticTokensParams& p, cudaStream_t stream) {
   return LaunchToStatus(SyntheticTokensLaunch(p, stream), "synthetic tokens");
 }

@@ -45,6 +45,8 @@ absl::Status TopkCuda(const TopkParams& p, CudaWorkspace& workspace, cudaStream_
 // REQUIRES: every block id is in [0, p.num_arena_blocks) (checked by the caller, who owns them).
 absl::Status GatherBlocksCuda(const BlockCopyParams& p, cudaStream_t stream);
 absl::Status ScatterBlocksCuda(const BlockCopyParams& p, cudaStream_t stream);
+// REQUIRES: ids checked (ValidateBlockMove); both arenas readable/writable from this device.
+absl::Status MoveBlocksCuda(const BlockMoveParams& p, cudaStream_t stream);
 absl::Status SyntheticTokensCuda(const SyntheticTokensParams& p, cudaStream_t stream);
 absl::Status SyntheticQueriesCuda(const SyntheticQueriesParams& p, cudaStream_t stream);
 

@@ -1,4 +1,5 @@
-// CUDA launchers of block gather (arena -> staging) and scatter (staging -> arena), nvcc-safe.
+// CUDA launchers of block gather (arena -> staging), scatter (staging -> arena) and move (arena ->
+// arena), nvcc-safe.
 // Block ids are trusted here: the host checks them against the arena before launching.
 #pragma once
 
@@ -11,5 +12,6 @@ namespace kvp {
 
 LaunchStatus GatherBlocksLaunch(const BlockCopyParams& p, cudaStream_t stream);
 LaunchStatus ScatterBlocksLaunch(const BlockCopyParams& p, cudaStream_t stream);
+LaunchStatus MoveBlocksLaunch(const BlockMoveParams& p, cudaStream_t stream);
 
 }  // namespace kvp

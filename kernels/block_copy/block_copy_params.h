@@ -1,5 +1,6 @@
-// Block gather/scatter (docs/design.md §5): whole blocks between the arena and a contiguous staging
-// buffer, the unit NCCL transfers move. A block spans all layers, so each is one copy. nvcc-safe.
+// Whole-block copies (docs/design.md §5): gather/scatter between the arena and a contiguous staging
+// buffer, the unit NCCL transfers move, and moves from one arena into another (a migration between
+// pools whose arenas this process maps). A block spans all layers, so each is one copy. nvcc-safe.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,18 @@ struct BlockCopyParams {
   const int32_t* block_ids = nullptr;  // [num_blocks]
   int32_t num_blocks = 0;
   uint8_t* staging = nullptr;  // [num_blocks, block_stride] bytes
+};
+
+// Block source_ids[i] of `source` onto block target_ids[i] of `target`, both arenas of one layout.
+struct BlockMoveParams {
+  const uint8_t* source = nullptr;
+  int64_t num_source_blocks = 0;
+  uint8_t* target = nullptr;
+  int64_t num_target_blocks = 0;
+  int64_t block_stride = 0;  // bytes, a multiple of 256 (BlockLayout)
+  const int32_t* source_ids = nullptr;  // [num_blocks]
+  const int32_t* target_ids = nullptr;  // [num_blocks]
+  int32_t num_blocks = 0;
 };
 
 }  // namespace kvp

@@ -1,4 +1,5 @@
-// CPU reference of block gather (arena -> staging) and scatter (staging -> arena).
+// CPU reference of block gather (arena -> staging), scatter (staging -> arena) and move (arena ->
+// arena).
 #pragma once
 
 #include "absl/status/status.h"
@@ -9,5 +10,8 @@ namespace kvp {
 // OUT_OF_RANGE naming the first bad block id; nothing is copied then.
 absl::Status GatherBlocksRef(const BlockCopyParams& p);
 absl::Status ScatterBlocksRef(const BlockCopyParams& p);
+absl::Status MoveBlocksRef(const BlockMoveParams& p);
+// OUT_OF_RANGE naming the first id outside its arena.
+absl::Status ValidateBlockMove(const BlockMoveParams& p);
 
 }  // namespace kvp

@@ -45,5 +45,26 @@ TEST(BlockCopyRefTest, OutOfRangeIdsAreRejectedBeforeAnyCopy) {
   EXPECT_EQ(arena[256], 1);
 }
 
+TEST(BlockCopyRefTest, MoveCopiesBlocksBetweenArenasAndChecksBothSides) {
+  constexpr int64_t kStride = 256;
+  std::vector<uint8_t> source(kStride * 6), target(kStride * 4, 0xEE);
+  for (size_t i = 0; i < source.size(); ++i) source[i] = static_cast<uint8_t>(i * 7 + 3);
+  std::vector<int32_t> from = {5, 0, 3}, to = {2, 3, 0};
+  BlockMoveParams p{.source = source.data(), .num_source_blocks = 6, .target = target.data(),
+                    .num_target_blocks = 4, .block_stride = kStride, .source_ids = from.data(),
+                    .target_ids = to.data(), .num_blocks = 3};
+  ASSERT_TRUE(MoveBlocksRef(p).ok());
+  for (size_t i = 0; i < from.size(); ++i) {
+    EXPECT_TRUE(std::equal(target.begin() + to[i] * kStride, target.begin() + (to[i] + 1) * kStride,
+                           source.begin() + from[i] * kStride));
+  }
+  EXPECT_EQ(target[1 * kStride], 0xEE);  // block 1 was not a target
+  to[1] = 4;  // past the target
+  EXPECT_EQ(MoveBlocksRef(p).code(), absl::StatusCode::kOutOfRange);
+  to[1] = 3;
+  from[2] = 6;  // past the source
+  EXPECT_EQ(MoveBlocksRef(p).code(), absl::StatusCode::kOutOfRange);
+}
+
 }  // namespace
 }  // namespace kvp

@@ -452,6 +452,28 @@ TEST_F(CudaKernelsTest, BlockGatherScatterMoveExactBytes) {
   EXPECT_EQ(Down<uint8_t>(target, arena.size()), want);
 }
 
+TEST_F(CudaKernelsTest, BlockMoveBetweenArenasMatchesTheReference) {
+  const int64_t stride = 256 * 53, source_blocks = 50, target_blocks = 30;
+  std::vector<uint8_t> source(stride * source_blocks);
+  for (uint8_t& b : source) b = static_cast<uint8_t>(rng_());
+  std::vector<int32_t> from = {49, 3, 4, 5, 0, 17}, to = {29, 0, 1, 2, 11, 12};
+  std::vector<uint8_t> want(stride * target_blocks, 0x5A);
+  BlockMoveParams ref{.source = source.data(), .num_source_blocks = source_blocks,
+                      .target = want.data(), .num_target_blocks = target_blocks,
+                      .block_stride = stride, .source_ids = from.data(), .target_ids = to.data(),
+                      .num_blocks = 6};
+  ASSERT_TRUE(MoveBlocksRef(ref).ok());
+  DeviceBuffer ds = Up(source), dt = Up(std::vector<uint8_t>(want.size(), 0x5A));
+  DeviceBuffer dfrom = Up(from), dto = Up(to);
+  BlockMoveParams dev = ref;
+  dev.source = ds.get<uint8_t>();
+  dev.target = dt.get<uint8_t>();
+  dev.source_ids = dfrom.get<int32_t>();
+  dev.target_ids = dto.get<int32_t>();
+  ASSERT_TRUE(MoveBlocksCuda(dev, nullptr).ok());
+  EXPECT_EQ(Down<uint8_t>(dt, want.size()), want);
+}
+
 TEST_F(CudaKernelsTest, SyntheticGeneratorMatchesTheCpuBitForBit) {
   SyntheticConfig cfg;
   cfg.seed = rng_();
