@@ -55,11 +55,11 @@ absl::StatusOr<BrokerBenchResult> RunBrokerBench(const BrokerBenchConfig& config
   const int64_t blocks = BlocksForTokens(config.context, spec.block_size) +
                          int64_t{config.batch} * (config.steps / spec.block_size + 2) + 16;
   SteadyClock clock;
-  ASSIGN_OR_RETURN(std::unique_ptr<Pool> pool,
-                   Pool::Create(spec, blocks * layout.block_stride(), &clock, 60'000'000));
+  ASSIGN_OR_RETURN(std::unique_ptr<PoolSet> pools,
+                   PoolSet::Create(spec, blocks * layout.block_stride(), 1, &clock, 60'000'000));
   BrokerOptions options;
   options.model.topk = 2048;
-  Broker broker(pool.get(), &clock, options);
+  Broker broker(pools.get(), &clock, options);
 
   EnvelopeBuilder reg(1);
   auto r = reg.envelope().getBody().initRegister();

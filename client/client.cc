@@ -31,7 +31,50 @@ absl::Status Unexpected(const char* what) {
   return absl::InternalError(absl::StrCat("kvpoold answered a ", what, " with another kind"));
 }
 
+std::vector<PoolState> PoolStatesFromWire(capnp::List<wire::PoolState>::Reader list) {
+  std::vector<PoolState> pools;
+  for (auto p : list) {
+    pools.push_back({.index = p.getIndex(),
+                     .gpu = p.getGpu(),
+                     .blocks_free = p.getBlocksFree(),
+                     .blocks_reserved = p.getBlocksReserved(),
+                     .blocks_used = p.getBlocksUsed(),
+                     .blocks_cached = p.getBlocksCached(),
+                     .sequences = p.getSequences(),
+                     .prefill_workers = p.getPrefillWorkers(),
+                     .decode_workers = p.getDecodeWorkers()});
+  }
+  return pools;
+}
+
+MigrationResult MigrationFromWire(wire::MigrationReport::Reader m) {
+  MigrationResult r{.from_pool = m.getFromPool(),
+                    .to_pool = m.getToPool(),
+                    .transport = m.getTransport(),
+                    .blocks_moved = m.getBlocksMoved(),
+                    .blocks_shared = m.getBlocksShared(),
+                    .bytes = m.getBytes(),
+                    .micros = m.getMicros(),
+                    .length = 0,
+                    .error = absl::OkStatus()};
+  if (m.hasError()) {
+    r.error = StatusFromWire(m.getError());
+    if (r.error.ok()) r.error = absl::UnknownError("kvpoold reported a failed move with code OK");
+  }
+  return r;
+}
+
 }  // namespace
+
+const char* TransportName(wire::Transport transport) {
+  switch (transport) {
+    case wire::Transport::NONE: return "none";
+    case wire::Transport::HOST: return "host";
+    case wire::Transport::PEER_COPY: return "peer_copy";
+    case wire::Transport::NCCL: return "nccl";
+  }
+  return "unknown";
+}
 
 Client::Client(ClientOptions options)
     : options_(WithDefaults(std::move(options))),
@@ -61,6 +104,7 @@ absl::StatusOr<PoolHealth> Client::Health() {
   health.model = ModelConfigFromWire(h.getModel());
   health.client_max_blocks = h.getLimits().getMaxBlocks();
   health.client_max_requests = h.getLimits().getMaxRequestsInFlight();
+  health.pools = PoolStatesFromWire(h.getPools());
   return health;
 }
 
@@ -80,7 +124,8 @@ absl::StatusOr<PoolStats> Client::Stats() {
                    .sequences = s.getSequences(),
                    .client_blocks = s.getClientBlocks(),
                    .client_requests_in_flight = s.getClientRequestsInFlight(),
-                   .rejected_nonfinite = s.getRejectedNonFinite()};
+                   .rejected_nonfinite = s.getRejectedNonFinite(),
+                   .pools = PoolStatesFromWire(s.getPools())};
 }
 
 absl::Status Client::Heartbeat() {
@@ -91,9 +136,12 @@ absl::Status Client::Heartbeat() {
 
 void Client::BuildPrefill(EnvelopeBuilder& request, uint64_t sequence,
                           std::span<const int32_t> tokens, const TokenActivations* activations,
-                          const PoolSpec* spec, const std::string& cache_namespace) {
+                          const PoolSpec* spec, const std::string& cache_namespace,
+                          Placement placement) {
   auto p = request.envelope().getBody().initPrefill();
   p.setSequence(sequence);
+  p.setPool(placement.pool);
+  p.setDecodePool(placement.decode_pool);
   p.setCacheNamespace(cache_namespace);
   FillList(p.initTokens(tokens.size()), tokens);
   if (activations != nullptr) {
@@ -128,8 +176,22 @@ absl::StatusOr<PrefillResult> PrefillResultOf(const ParsedEnvelope& reply) {
   RETURN_IF_ERROR(ErrorOr(reply));
   const auto body = reply.envelope().getBody();
   if (!body.isPrefillReply()) return Unexpected("prefill");
-  return PrefillResult{static_cast<int64_t>(body.getPrefillReply().getLength()),
-                       static_cast<int32_t>(body.getPrefillReply().getPrefixHitTokens())};
+  const auto p = body.getPrefillReply();
+  PrefillResult result{.length = static_cast<int64_t>(p.getLength()),
+                       .prefix_hit_tokens = static_cast<int32_t>(p.getPrefixHitTokens()),
+                       .pool = p.getPool(),
+                       .migration = std::nullopt};
+  if (p.hasMigration()) result.migration = MigrationFromWire(p.getMigration());
+  return result;
+}
+
+absl::StatusOr<MigrationResult> MigrationResultOf(const ParsedEnvelope& reply) {
+  RETURN_IF_ERROR(ErrorOr(reply));
+  const auto body = reply.envelope().getBody();
+  if (!body.isMigrateReply()) return Unexpected("migrate");
+  MigrationResult result = MigrationFromWire(body.getMigrateReply().getMigration());
+  result.length = static_cast<int64_t>(body.getMigrateReply().getLength());
+  return result;
 }
 
 absl::StatusOr<DecodeResult> DecodeResultOf(const ParsedEnvelope& reply) {
@@ -146,11 +208,20 @@ absl::StatusOr<DecodeResult> DecodeResultOf(const ParsedEnvelope& reply) {
 
 absl::StatusOr<PrefillResult> Client::Prefill(uint64_t sequence, std::span<const int32_t> tokens,
                                               const TokenActivations* activations,
-                                              const PoolSpec* spec) {
+                                              const PoolSpec* spec, Placement placement) {
   EnvelopeBuilder request = NewRequest();
-  BuildPrefill(request, sequence, tokens, activations, spec, options_.cache_namespace);
+  BuildPrefill(request, sequence, tokens, activations, spec, options_.cache_namespace, placement);
   ASSIGN_OR_RETURN(auto reply, Call(request));
   return PrefillResultOf(*reply);
+}
+
+absl::StatusOr<MigrationResult> Client::Migrate(uint64_t sequence, uint32_t to_pool) {
+  EnvelopeBuilder request = NewRequest();
+  auto m = request.envelope().getBody().initMigrate();
+  m.setSequence(sequence);
+  m.setToPool(to_pool);
+  ASSIGN_OR_RETURN(auto reply, Call(request));
+  return MigrationResultOf(*reply);
 }
 
 absl::StatusOr<DecodeResult> Client::Decode(const std::vector<DecodeStepRequest>& steps,
@@ -182,10 +253,12 @@ absl::StatusOr<uint32_t> Client::Fork(uint64_t source, uint64_t target) {
   return body.getForkReply().getSharedBlocks();
 }
 
-absl::StatusOr<AppendResult> Client::Append(uint64_t sequence, std::span<const int32_t> tokens) {
+absl::StatusOr<AppendResult> Client::Append(uint64_t sequence, std::span<const int32_t> tokens,
+                                            int32_t pool) {
   EnvelopeBuilder request = NewRequest();
   auto a = request.envelope().getBody().initAppend();
   a.setSequence(sequence);
+  a.setPool(pool);
   a.setCacheNamespace(options_.cache_namespace);
   FillList(a.initTokens(tokens.size()), tokens);
   ASSIGN_OR_RETURN(auto reply, Call(request));
@@ -197,6 +270,7 @@ absl::StatusOr<AppendResult> Client::Append(uint64_t sequence, std::span<const i
   result.slots = ListToVector<int64_t>(r.getSlots());
   for (auto c : r.getCopies()) result.copies.emplace_back(c.getSource(), c.getTarget());
   result.block_table = ListToVector<int32_t>(r.getBlockTable());
+  result.pool = r.getPool();
   return result;
 }
 

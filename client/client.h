@@ -40,9 +40,31 @@ struct ClientOptions {
   std::string cache_namespace;
 };
 
+// Where a prefill runs and where its sequence is decoded (kvpoold's pools, one per GPU): -1 lets
+// kvpoold place a new sequence, and keeps it where it was prefilled.
+struct Placement {
+  int32_t pool = -1;
+  int32_t decode_pool = -1;
+};
+
+// How a sequence moved between pools.
+struct MigrationResult {
+  uint32_t from_pool = 0, to_pool = 0;
+  wire::Transport transport = wire::Transport::NONE;
+  uint32_t blocks_moved = 0;   // copied
+  uint32_t blocks_shared = 0;  // the destination held them already
+  uint64_t bytes = 0;
+  uint64_t micros = 0;
+  int64_t length = 0;          // the sequence's tokens (Migrate)
+  absl::Status error;          // a prefill's move that failed: the sequence stays on from_pool
+};
+const char* TransportName(wire::Transport transport);
+
 struct PrefillResult {
   int64_t length = 0;
   int32_t prefix_hit_tokens = 0;
+  uint32_t pool = 0;                         // where the sequence lives now
+  std::optional<MigrationResult> migration;  // with a decode pool other than the prefill's
 };
 
 struct NeedleSpec {
@@ -71,6 +93,16 @@ struct AppendResult {
   std::vector<int64_t> slots;
   std::vector<std::pair<int32_t, int32_t>> copies;
   std::vector<int32_t> block_table;
+  uint32_t pool = 0;  // whose arena the slots are in
+};
+
+// One of kvpoold's pools.
+struct PoolState {
+  uint32_t index = 0;
+  int32_t gpu = -1;  // -1: host
+  uint64_t blocks_free = 0, blocks_reserved = 0, blocks_used = 0, blocks_cached = 0;
+  uint32_t sequences = 0;
+  uint32_t prefill_workers = 0, decode_workers = 0;
 };
 
 struct PoolStats {
@@ -80,6 +112,7 @@ struct PoolStats {
   uint64_t client_blocks = 0;               // what this client holds, against its limits
   uint32_t client_requests_in_flight = 0;
   uint64_t rejected_nonfinite = 0;          // requests refused for NaN or Inf, all clients
+  std::vector<PoolState> pools;              // the counts above are their sums
 };
 
 struct PoolHealth {
@@ -91,6 +124,7 @@ struct PoolHealth {
   ModelConfig model;
   uint64_t client_max_blocks = 0;  // what one client may hold (0: no limit)
   uint32_t client_max_requests = 0;  // prefill and decode requests one client may have in flight
+  std::vector<PoolState> pools;
 };
 
 class Client {
@@ -105,7 +139,9 @@ class Client {
   // makes them; with them, `spec` is the pool's (Health().spec).
   absl::StatusOr<PrefillResult> Prefill(uint64_t sequence, std::span<const int32_t> tokens,
                                         const TokenActivations* activations = nullptr,
-                                        const PoolSpec* spec = nullptr);
+                                        const PoolSpec* spec = nullptr, Placement placement = {});
+  // Moves an idle sequence to another pool (rebalancing); it is decoded there from then on.
+  absl::StatusOr<MigrationResult> Migrate(uint64_t sequence, uint32_t to_pool);
   absl::StatusOr<DecodeResult> Decode(const std::vector<DecodeStepRequest>& steps,
                                       wire::OutputLayers outputs = wire::OutputLayers::ALL,
                                       const PoolSpec* spec = nullptr,
@@ -114,7 +150,9 @@ class Client {
   absl::StatusOr<uint32_t> Fork(uint64_t source, uint64_t target);
 
   // Engine attachments: reserve slots, write them yourself, then commit or abort.
-  absl::StatusOr<AppendResult> Append(uint64_t sequence, std::span<const int32_t> tokens);
+  // `pool`: the pool whose arena the engine attached (-1: where the sequence lives, or pool 0).
+  absl::StatusOr<AppendResult> Append(uint64_t sequence, std::span<const int32_t> tokens,
+                                      int32_t pool = -1);
   absl::StatusOr<int64_t> Commit(uint64_t sequence);
   absl::StatusOr<int64_t> Abort(uint64_t sequence);
 
@@ -129,7 +167,8 @@ class Client {
   // Request builders, shared by the synchronous calls and asynchronous users.
   static void BuildPrefill(EnvelopeBuilder& request, uint64_t sequence,
                            std::span<const int32_t> tokens, const TokenActivations* activations,
-                           const PoolSpec* spec, const std::string& cache_namespace = "");
+                           const PoolSpec* spec, const std::string& cache_namespace = "",
+                           Placement placement = {});
   static void BuildDecode(EnvelopeBuilder& request, const std::vector<DecodeStepRequest>& steps,
                           wire::OutputLayers outputs, const PoolSpec* spec,
                           const ModelConfig* model);
@@ -147,6 +186,7 @@ class Client {
 
 // The reply to a prefill or decode request, or its error.
 absl::StatusOr<PrefillResult> PrefillResultOf(const ParsedEnvelope& reply);
+absl::StatusOr<MigrationResult> MigrationResultOf(const ParsedEnvelope& reply);
 absl::StatusOr<DecodeResult> DecodeResultOf(const ParsedEnvelope& reply);
 
 }  // namespace kvp

@@ -1,7 +1,8 @@
 // kvpoolctl: talk to kvpoold from the command line.
 //
 //   kvpoolctl health | stats
-//   kvpoolctl prefill SEQ [--tokens=N | --token_ids=1,2,3]
+//   kvpoolctl prefill SEQ [--tokens=N | --token_ids=1,2,3] [--pool=P] [--decode_pool=D]
+//   kvpoolctl migrate SEQ --to=POOL
 //   kvpoolctl decode SEQ [--token=T] [--steps=N]
 //   kvpoolctl fork SRC DST | release SEQ
 //   kvpoolctl bench [--sequences=16 --prompt=2048 --steps=64 ...] [--json] [--out=FILE]
@@ -55,6 +56,10 @@ ABSL_FLAG(std::string, name, "kvpoolctl", "client name: sequences belong to it")
 ABSL_FLAG(int, timeout_ms, 120000, "how long to wait for each reply");
 ABSL_FLAG(int, tokens, 64, "prefill: number of synthetic prompt tokens");
 ABSL_FLAG(std::string, token_ids, "", "prefill: explicit token ids, comma-separated");
+ABSL_FLAG(int, pool, -1, "prefill: the pool it runs on (-1: kvpoold chooses)");
+ABSL_FLAG(int, decode_pool, -1,
+          "prefill: the pool the sequence is decoded on, moved there once written (-1: stays)");
+ABSL_FLAG(int, to, -1, "migrate: the pool to move the sequence to");
 ABSL_FLAG(int, token, 1, "decode: the new token id");
 ABSL_FLAG(int, steps, 1, "decode: steps to run; bench-decode: timed steps");
 ABSL_FLAG(int, sequences, 16, "bench: sequences");
@@ -92,6 +97,25 @@ namespace kvp {
 namespace {
 
 // The per-layer settings the kernels run with, as kvpoold's flags would give them.
+std::string PoolLine(const PoolState& p) {
+  return absl::StrFormat(
+      "pool %u (%s): free=%llu reserved=%llu used=%llu cached=%llu sequences=%u workers: "
+      "prefill=%u decode=%u",
+      p.index, p.gpu < 0 ? std::string("host") : absl::StrCat("gpu ", p.gpu),
+      (unsigned long long)p.blocks_free, (unsigned long long)p.blocks_reserved,
+      (unsigned long long)p.blocks_used, (unsigned long long)p.blocks_cached, p.sequences,
+      p.prefill_workers, p.decode_workers);
+}
+
+std::string MigrationLine(const MigrationResult& m) {
+  std::string line = absl::StrFormat(
+      "moved pool %u -> pool %u by %s: %u blocks copied, %u shared, %llu bytes in %.3f ms",
+      m.from_pool, m.to_pool, TransportName(m.transport), m.blocks_moved, m.blocks_shared,
+      (unsigned long long)m.bytes, m.micros * 1e-3);
+  if (!m.error.ok()) line = absl::StrCat("not moved: ", m.error.ToString());
+  return line;
+}
+
 std::string SettingsLine(const PoolSpec& spec, const ModelConfig& model) {
   std::vector<float> k, v;
   std::vector<int> windows;
@@ -211,6 +235,7 @@ absl::Status Run(const std::vector<char*>& args) {
     std::printf("%s\nclient limits: max_blocks=%llu max_requests=%u\n",
                 SettingsLine(h.spec, h.model).c_str(),
                 static_cast<unsigned long long>(h.client_max_blocks), h.client_max_requests);
+    for (const PoolState& p : h.pools) std::printf("%s\n", PoolLine(p).c_str());
     return absl::OkStatus();
   }
   if (command == "stats") {
@@ -226,6 +251,7 @@ absl::Status Run(const std::vector<char*>& args) {
         (unsigned long long)s.rejected_nonfinite, (unsigned long long)s.client_blocks,
         (unsigned long long)h.client_max_blocks, s.client_requests_in_flight,
         h.client_max_requests, SettingsLine(h.spec, h.model).c_str());
+    for (const PoolState& p : s.pools) std::printf("%s\n", PoolLine(p).c_str());
     return absl::OkStatus();
   }
   if (command == "prefill") {
@@ -245,10 +271,25 @@ absl::Status Run(const std::vector<char*>& args) {
       c.seed = seq;
       tokens = WorkloadPrompt(c, 0);
     }
-    ASSIGN_OR_RETURN(PrefillResult r, client.Prefill(seq, tokens));
-    std::printf("sequence %llu: length %lld (%d prefix-hit tokens)\n",
+    const Placement placement{.pool = absl::GetFlag(FLAGS_pool),
+                              .decode_pool = absl::GetFlag(FLAGS_decode_pool)};
+    ASSIGN_OR_RETURN(PrefillResult r, client.Prefill(seq, tokens, nullptr, nullptr, placement));
+    std::printf("sequence %llu: length %lld (%d prefix-hit tokens), pool %u\n",
                 static_cast<unsigned long long>(seq), static_cast<long long>(r.length),
-                r.prefix_hit_tokens);
+                r.prefix_hit_tokens, r.pool);
+    if (r.migration.has_value()) {
+      std::printf("%s\n", MigrationLine(*r.migration).c_str());
+      if (!r.migration->error.ok()) return r.migration->error;
+    }
+    return absl::OkStatus();
+  }
+  if (command == "migrate") {
+    ASSIGN_OR_RETURN(uint64_t seq, Number(args, 2, "a sequence id"));
+    const int to = absl::GetFlag(FLAGS_to);
+    if (to < 0) return absl::InvalidArgumentError("migrate needs --to=POOL");
+    ASSIGN_OR_RETURN(MigrationResult m, client.Migrate(seq, static_cast<uint32_t>(to)));
+    std::printf("sequence %llu (length %lld): %s\n", static_cast<unsigned long long>(seq),
+                static_cast<long long>(m.length), MigrationLine(m).c_str());
     return absl::OkStatus();
   }
   if (command == "decode") {
@@ -329,7 +370,8 @@ absl::Status Run(const std::vector<char*>& args) {
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "kvpoolctl COMMAND [ARGS]: health, stats, prefill SEQ, decode SEQ, fork SRC DST, "
+      "kvpoolctl COMMAND [ARGS]: health, stats, prefill SEQ, decode SEQ, migrate SEQ --to=P, "
+      "fork SRC DST, "
       "release SEQ, bench, bench-control, bench-decode, curve-keygen FILE, calibrate");
   kvp::KeepFreedMemoryForReuse();
   std::vector<std::string> storage;

@@ -34,6 +34,7 @@ const char* BodyName(wire::Envelope::Body::Which which) {
     case W::APPEND: return "append";
     case W::COMMIT: return "commit";
     case W::ABORT: return "abort";
+    case W::MIGRATE: return "migrate";
     default: return "other";
   }
 }
@@ -69,8 +70,11 @@ absl::Status CheckCapabilities(wire::Capabilities::Reader caps, const PoolSpec& 
 
 }  // namespace
 
-Broker::Broker(Pool* pool, const Clock* clock, BrokerOptions options)
-    : pool_(pool), clock_(clock), options_(std::move(options)) {}
+Broker::Broker(PoolSet* pools, const Clock* clock, BrokerOptions options)
+    : pools_(pools), clock_(clock), options_(std::move(options)) {
+  options_.pool_gpus.resize(pools_->size(), options_.pool_gpus.empty() ? -1 : options_.pool_gpus.back());
+  options_.fd_channel_paths.resize(pools_->size());
+}
 
 // ---- Messages in ----
 
@@ -122,6 +126,8 @@ absl::Status Broker::Route(const std::string& from, wire::Envelope::Reader envel
       return HandleRelease(from, id, body.getRelease().getSequence(), out);
     case W::FORK:
       return HandleFork(from, id, body.getFork(), out);
+    case W::MIGRATE:
+      return HandleMigrate(from, id, body.getMigrate(), out);
     case W::STATS:
       ReplyStats(from, id, out);
       return absl::OkStatus();
@@ -156,28 +162,36 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
   RETURN_IF_ERROR(CheckTokenCount(count_in, "a prefill"));
   std::vector<TokenDigest> digests;  // empty: synthetic, the token ids say it all
   if (r.hasActivations()) {
-    RETURN_IF_ERROR(CheckActivations(r.getActivations(), pool_->layout().spec(), count_in));
+    RETURN_IF_ERROR(CheckActivations(r.getActivations(), pools_->layout().spec(), count_in));
     RETURN_IF_ERROR(CheckValues(r.getActivations()));
     digests = digester_.TokenDigests(r.getActivations(), 0, count_in);
   }
-  if (!HasWorker(Role::kPrefill)) return absl::UnavailableError("no prefill worker is registered");
+  ASSIGN_OR_RETURN(const PoolIndex pool, Place(seq, r.getPool(), Role::kPrefill));
+  std::optional<PoolIndex> decode_pool;
+  if (r.getDecodePool() >= 0 && static_cast<PoolIndex>(r.getDecodePool()) != pool) {
+    RETURN_IF_ERROR(CheckPool(r.getDecodePool()));
+    decode_pool = static_cast<PoolIndex>(r.getDecodePool());
+    if (!HasWorker(Role::kDecode, *decode_pool)) {
+      return absl::UnavailableError(
+          absl::StrCat("no decode worker serves pool ", *decode_pool, ", the decode pool asked"));
+    }
+    RETURN_IF_ERROR(ChooseTransport(pool, *decode_pool).status());
+  }
   RETURN_IF_ERROR(CheckRequestLimit(ClientLease(from)));
   const std::vector<int32_t> tokens = ListToVector<int32_t>(r.getTokens());
-  SequenceTable& sequences = pool_->sequences();
+  SequenceTable& sequences = pools_->pool(pool).sequences();
   const int64_t length_before = sequences.Length(seq).value_or(0);
   const SharingScope scope{.root = digester_.NamespaceRoot(r.getCacheNamespace().cStr()),
                            .shared = true};
-  ASSIGN_OR_RETURN(AppendPlan plan, PlanAppend(from, seq, tokens, digests, scope));
+  ASSIGN_OR_RETURN(AppendPlan plan, PlanAppend(from, seq, pool, tokens, digests, scope));
   ASSIGN_OR_RETURN(const LeaseId lease, sequences.Owner(seq));  // the client's, as PlanAppend found it
   const int32_t hits = plan.prefix_hit_tokens;
   if (plan.slots.empty()) {  // every token was a prefix hit
     RETURN_IF_ERROR(sequences.Commit(seq));
-    EnvelopeBuilder reply(id);
-    auto p = reply.envelope().getBody().initPrefillReply();
-    p.setSequence(seq);
-    p.setLength(sequences.Length(seq).value_or(0));
-    p.setPrefixHitTokens(hits);
-    Reply(out, from, std::move(reply));
+    if (decode_pool.has_value()) {
+      return StartMigration(seq, *decode_pool, from, id, lease, /*after_prefill=*/true, hits, out);
+    }
+    ReplyPrefill(from, id, seq, hits, nullptr, absl::OkStatus(), 0, out);
     return absl::OkStatus();
   }
   const JobId job_id = next_job_++;
@@ -193,14 +207,17 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
   if (r.hasActivations()) {
     CopyActivationRows(r.getActivations(), hits, count, job.initActivations());
   }
-  Enqueue(Job{.role = Role::kPrefill,
+  Enqueue(Job{.kind = JobKind::kPrefill,
+              .pool = pool,
               .client = from,
               .request_id = id,
               .client_lease = lease,
               .sequences = {seq},
               .prefix_hit_tokens = hits,
               .message = std::move(message),
-              .submitted_micros = clock_->NowMicros()},
+              .submitted_micros = clock_->NowMicros(),
+              .then_migrate_to = decode_pool,
+              .migration = std::nullopt},
           out);
   return absl::OkStatus();
 }
@@ -213,10 +230,23 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
     return absl::InvalidArgumentError(
         absl::StrCat("a decode needs 1 to ", kMaxDecodeSteps, " steps, got ", steps.size()));
   }
-  if (!HasWorker(Role::kDecode)) return absl::UnavailableError("no decode worker is registered");
   const int64_t started = clock_->NowMicros();
-  const PoolSpec& spec = pool_->layout().spec();
-  SequenceTable& sequences = pool_->sequences();
+  const PoolSpec& spec = pools_->layout().spec();
+  // A decode job runs on one pool's worker: every sequence of a request must live there.
+  ASSIGN_OR_RETURN(const PoolIndex pool, HomeOf(steps[0].getSequence()));
+  for (auto s : steps) {
+    ASSIGN_OR_RETURN(const PoolIndex home, HomeOf(s.getSequence()));
+    if (home != pool) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "one decode request runs on one pool: sequence ", steps[0].getSequence(),
+          " lives in pool ", pool, ", sequence ", s.getSequence(), " in pool ", home,
+          "; send a decode per pool, or migrate them together"));
+    }
+  }
+  if (!HasWorker(Role::kDecode, pool)) {
+    return absl::UnavailableError(absl::StrCat("no decode worker serves pool ", pool));
+  }
+  SequenceTable& sequences = pools_->pool(pool).sequences();
   const LeaseId lease = ClientLease(from);
   RETURN_IF_ERROR(CheckRequestLimit(lease));
   // Check every step before changing anything: a request is planned whole or not at all.
@@ -284,14 +314,17 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
     return limit;
   }
   const int64_t now = clock_->NowMicros();
-  Enqueue(Job{.role = Role::kDecode,
+  Enqueue(Job{.kind = JobKind::kDecode,
+              .pool = pool,
               .client = from,
               .request_id = id,
               .client_lease = lease,
               .sequences = std::move(planned),
               .message = std::move(message),
               .submitted_micros = now,
-              .broker_micros = now - started},
+              .broker_micros = now - started,
+              .then_migrate_to = std::nullopt,
+              .migration = std::nullopt},
           out);
   return absl::OkStatus();
 }
@@ -306,20 +339,35 @@ absl::Status Broker::HandleAppend(const std::string& from, uint64_t id,
   const absl::string_view name = r.getCacheNamespace().cStr();
   const SharingScope scope{.root = digester_.NamespaceRoot(name), .shared = !name.empty()};
   const std::vector<TokenDigest> digests(r.getTokens().size(), kEngineTokenDigest);
-  ASSIGN_OR_RETURN(AppendPlan plan,
-                   PlanAppend(from, seq, ListToVector<int32_t>(r.getTokens()), digests, scope));
+  // An engine writes the arena it attached: a new sequence goes to the pool it names (pool 0,
+  // whose fd channel is kvpoold's first, when it names none).
+  const absl::StatusOr<PoolIndex> home = HomeOf(seq);
+  PoolIndex pool = home.ok() ? *home : 0;
+  if (r.getPool() >= 0) {
+    RETURN_IF_ERROR(CheckPool(r.getPool()));
+    if (home.ok() && *home != static_cast<PoolIndex>(r.getPool())) {
+      return absl::FailedPreconditionError(absl::StrCat("sequence ", seq, " lives in pool ", *home,
+                                                        ", not pool ", r.getPool()));
+    }
+    pool = static_cast<PoolIndex>(r.getPool());
+  }
+  ASSIGN_OR_RETURN(AppendPlan plan, PlanAppend(from, seq, pool,
+                                               ListToVector<int32_t>(r.getTokens()), digests,
+                                               scope));
   EnvelopeBuilder reply(id);
   auto a = reply.envelope().getBody().initAppendReply();
   a.setPrefixHitTokens(plan.prefix_hit_tokens);
   FillList(a.initSlots(plan.slots.size()), plan.slots);
   SetCopies(plan.copies, a.initCopies(plan.copies.size()));
-  ASSIGN_OR_RETURN(const absl::Span<const BlockId> blocks, pool_->sequences().Blocks(seq));
+  ASSIGN_OR_RETURN(const absl::Span<const BlockId> blocks,
+                   pools_->pool(pool).sequences().Blocks(seq));
   FillList(a.initBlockTable(blocks.size()), blocks);
+  a.setPool(pool);
   Reply(out, from, std::move(reply));
   return absl::OkStatus();
 }
 
-absl::StatusOr<AppendPlan> Broker::PlanAppend(const std::string& from, SeqId seq,
+absl::StatusOr<AppendPlan> Broker::PlanAppend(const std::string& from, SeqId seq, PoolIndex pool,
                                                const std::vector<int32_t>& tokens,
                                                absl::Span<const TokenDigest> digests,
                                                const SharingScope& scope) {
@@ -327,12 +375,13 @@ absl::StatusOr<AppendPlan> Broker::PlanAppend(const std::string& from, SeqId seq
     return absl::FailedPreconditionError(absl::StrCat("sequence ", seq, " has a job in flight"));
   }
   const LeaseId lease = ClientLease(from);
-  ASSIGN_OR_RETURN(AppendPlan plan, pool_->sequences().Append(seq, lease, tokens, digests, scope));
+  SequenceTable& sequences = pools_->pool(pool).sequences();
+  ASSIGN_OR_RETURN(AppendPlan plan, sequences.Append(seq, lease, tokens, digests, scope));
   if (absl::Status limit = CheckBlockLimit(lease); !limit.ok()) {
-    pool_->sequences().Abort(seq).IgnoreError();
+    sequences.Abort(seq).IgnoreError();
     return limit;
   }
-  const int64_t hit_blocks = plan.prefix_hit_tokens / pool_->layout().spec().block_size;
+  const int64_t hit_blocks = plan.prefix_hit_tokens / pools_->layout().spec().block_size;
   metrics_.prefix_hit_tokens += plan.prefix_hit_tokens;
   metrics_.prefix_hit_blocks += hit_blocks;
   usage_[lease].prefix_hit_blocks += hit_blocks;
@@ -340,7 +389,7 @@ absl::StatusOr<AppendPlan> Broker::PlanAppend(const std::string& from, SeqId seq
 }
 
 absl::Status Broker::CheckBlockLimit(LeaseId lease) const {
-  const int64_t held = pool_->blocks().HeldBy(lease);
+  const int64_t held = pools_->HeldBy(lease);
   if (options_.client_max_blocks > 0 && held > options_.client_max_blocks) {
     ++metrics_.limit_refusals["blocks"];
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -378,7 +427,8 @@ absl::Status Broker::CheckValues(wire::Queries::Reader queries) {
 absl::Status Broker::HandleCommit(const std::string& from, uint64_t id, SeqId seq, bool commit,
                                   Outbox& out) {
   RETURN_IF_ERROR(CheckOwnedIdle(seq, ClientLease(from)));
-  SequenceTable& sequences = pool_->sequences();
+  ASSIGN_OR_RETURN(const PoolIndex pool, HomeOf(seq));
+  SequenceTable& sequences = pools_->pool(pool).sequences();
   RETURN_IF_ERROR(commit ? sequences.Commit(seq) : sequences.Abort(seq));
   EnvelopeBuilder reply(id);
   // Aborting a new sequence's first append removes the sequence: its length is 0 then.
@@ -394,9 +444,11 @@ absl::Status Broker::HandleCommit(const std::string& from, uint64_t id, SeqId se
 
 absl::Status Broker::HandleRelease(const std::string& from, uint64_t id, SeqId seq, Outbox& out) {
   RETURN_IF_ERROR(CheckOwnedIdle(seq, ClientLease(from)));
-  ASSIGN_OR_RETURN(const absl::Span<const BlockId> held, pool_->sequences().Blocks(seq));
+  ASSIGN_OR_RETURN(const PoolIndex pool, HomeOf(seq));
+  SequenceTable& sequences = pools_->pool(pool).sequences();
+  ASSIGN_OR_RETURN(const absl::Span<const BlockId> held, sequences.Blocks(seq));
   const size_t blocks = held.size();
-  RETURN_IF_ERROR(pool_->sequences().Release(seq));
+  RETURN_IF_ERROR(sequences.Release(seq));
   ForgetTables(seq);
   EnvelopeBuilder reply(id);
   reply.envelope().getBody().initReleaseReply().setReleasedBlocks(static_cast<uint32_t>(blocks));
@@ -408,8 +460,14 @@ absl::Status Broker::HandleFork(const std::string& from, uint64_t id, wire::Fork
                                 Outbox& out) {
   const LeaseId lease = ClientLease(from);
   RETURN_IF_ERROR(CheckOwnedIdle(r.getSource(), lease));
-  RETURN_IF_ERROR(pool_->sequences().Fork(r.getSource(), r.getTarget(), lease));
-  ASSIGN_OR_RETURN(const absl::Span<const BlockId> shared, pool_->sequences().Blocks(r.getTarget()));
+  ASSIGN_OR_RETURN(const PoolIndex pool, HomeOf(r.getSource()));
+  if (const std::optional<PoolIndex> other = pools_->Home(r.getTarget()); other.has_value()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("sequence ", r.getTarget(), " exists (in pool ", *other, ")"));
+  }
+  SequenceTable& sequences = pools_->pool(pool).sequences();
+  RETURN_IF_ERROR(sequences.Fork(r.getSource(), r.getTarget(), lease));
+  ASSIGN_OR_RETURN(const absl::Span<const BlockId> shared, sequences.Blocks(r.getTarget()));
   EnvelopeBuilder reply(id);
   reply.envelope().getBody().initForkReply().setSharedBlocks(static_cast<uint32_t>(shared.size()));
   Reply(out, from, std::move(reply));
@@ -419,7 +477,7 @@ absl::Status Broker::HandleFork(const std::string& from, uint64_t id, wire::Fork
 void Broker::ReplyStats(const std::string& from, uint64_t id, Outbox& out) {
   const LeaseId lease = ClientLease(from);
   const ClientUsage usage = usage_.contains(lease) ? usage_.at(lease) : ClientUsage();
-  const PoolCounts c = pool_->blocks().counts();
+  const PoolCounts c = pools_->counts();
   EnvelopeBuilder reply(id);
   auto s = reply.envelope().getBody().initStatsReply();
   s.setBlocksFree(c.free);
@@ -428,11 +486,12 @@ void Broker::ReplyStats(const std::string& from, uint64_t id, Outbox& out) {
   s.setBlocksCached(c.cached);
   // Hits are the client's own: another namespace's, or another client's, are none of its business.
   s.setPrefixHitBlocks(usage.prefix_hit_blocks);
-  s.setLeases(static_cast<uint32_t>(pool_->leases().size()));
-  s.setSequences(static_cast<uint32_t>(pool_->sequences().size()));
-  s.setClientBlocks(static_cast<uint64_t>(pool_->blocks().HeldBy(lease)));
+  s.setLeases(static_cast<uint32_t>(pools_->leases().size()));
+  s.setSequences(static_cast<uint32_t>(pools_->num_sequences()));
+  s.setClientBlocks(static_cast<uint64_t>(pools_->HeldBy(lease)));
   s.setClientRequestsInFlight(static_cast<uint32_t>(usage.requests));
   s.setRejectedNonFinite(metrics_.rejected_nonfinite);
+  FillPoolStates(s.initPools(pools_->size()));
   Reply(out, from, std::move(reply));
 }
 
@@ -443,7 +502,8 @@ void Broker::ReplyHealth(const std::string& from, uint64_t id, Outbox& out) {
   h.setEpoch(options_.epoch);
   h.setWorkers(static_cast<uint32_t>(workers_.size()));
   h.setDraining(draining_);
-  PoolSpecToWire(pool_->layout().spec(), h.initSpec());
+  PoolSpecToWire(pools_->layout().spec(), h.initSpec());
+  FillPoolStates(h.initPools(pools_->size()));
   ModelConfigToWire(options_.model, h.initModel());
   auto limits = h.initLimits();
   limits.setMaxBlocks(static_cast<uint64_t>(options_.client_max_blocks));
@@ -458,25 +518,45 @@ absl::Status Broker::HandleRegister(const std::string& from, uint64_t id,
         "workers register over kvpoold's local ipc:// endpoint: they attach the arena through "
         "its fd channel");
   }
-  const PoolSpec& spec = pool_->layout().spec();
-  RETURN_IF_ERROR(CheckCapabilities(r.getCapabilities(), spec, options_.gpu >= 0));
+  const PoolSpec& spec = pools_->layout().spec();
+  // The pool it serves: the one named, else the one on its GPU, else the first.
+  PoolIndex pool = 0;
+  if (r.getPool() >= 0) {
+    RETURN_IF_ERROR(CheckPool(r.getPool()));
+    pool = static_cast<PoolIndex>(r.getPool());
+  } else if (r.getGpu() >= 0 && options_.pool_gpus[0] >= 0) {  // host pools have no GPU
+    const auto on_gpu = std::find(options_.pool_gpus.begin(), options_.pool_gpus.end(), r.getGpu());
+    if (on_gpu == options_.pool_gpus.end()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "kvpoold has no pool on GPU ", r.getGpu(), " (kvpoold --gpus); start the worker with "
+          "the --gpu of one of its pools, or --pool"));
+    }
+    pool = static_cast<PoolIndex>(on_gpu - options_.pool_gpus.begin());
+  }
+  RETURN_IF_ERROR(CheckCapabilities(r.getCapabilities(), spec, options_.pool_gpus[pool] >= 0));
   if (auto it = worker_leases_.find(from); it != worker_leases_.end()) {
     EndWorker(it->second, "registered again", out);
   }
   const Role role = r.getRole() == wire::Role::PREFILL ? Role::kPrefill : Role::kDecode;
-  const LeaseId lease = pool_->leases().Grant(
+  const LeaseId lease = pools_->leases().Grant(
       absl::StrCat(RoleName(role), " worker pid ", r.getPid()));
-  workers_.emplace(lease, Worker{.identity = from, .role = role, .gpu = r.getGpu(),
-                                 .pid = r.getPid(), .job = std::nullopt});
+  workers_.emplace(lease, Worker{.identity = from,
+                                 .role = role,
+                                 .pool = pool,
+                                 .gpu = r.getGpu(),
+                                 .peer_gpus = ListToVector<int32_t>(r.getPeerGpus()),
+                                 .pid = r.getPid(),
+                                 .job = std::nullopt});
   worker_leases_[from] = lease;
-  spdlog::info("worker registered: role={} pid={} gpu={} lease={}",
-               RoleName(role), r.getPid(), r.getGpu(), lease);
+  spdlog::info("worker registered: role={} pool={} pid={} gpu={} lease={}", RoleName(role), pool,
+               r.getPid(), r.getGpu(), lease);
   EnvelopeBuilder reply(id);
   auto rr = reply.envelope().getBody().initRegisterReply();
   rr.setLease(lease);
   PoolSpecToWire(spec, rr.initSpec());
-  rr.setNumBlocks(static_cast<uint64_t>(pool_->blocks().num_blocks()));
-  rr.setFdChannel(options_.fd_channel_path);
+  rr.setNumBlocks(static_cast<uint64_t>(pools_->pool(pool).blocks().num_blocks()));
+  rr.setFdChannel(options_.fd_channel_paths[pool]);
+  rr.setPool(pool);
   rr.setEpoch(options_.epoch);
   rr.setHeartbeatMillis(static_cast<uint32_t>(options_.heartbeat_millis));
   ModelConfigToWire(options_.model, rr.initModel());
@@ -493,7 +573,7 @@ absl::Status Broker::HandleHeartbeat(const std::string& from, uint64_t id,
   } else if (r.getEpoch() != options_.epoch) {
     return absl::AbortedError("that lease was granted by an earlier kvpoold; register again");
   } else {
-    RETURN_IF_ERROR(pool_->leases().Renew(r.getLease()));
+    RETURN_IF_ERROR(pools_->leases().Renew(r.getLease()));
   }
   EnvelopeBuilder reply(id);
   reply.envelope().getBody().initHeartbeatReply();
@@ -512,7 +592,7 @@ absl::Status Broker::HandleJobEnd(const std::string& from, JobId job, const absl
     return absl::NotFoundError(absl::StrCat("job ", job, " was not given to this worker"));
   }
   absl::Status checked = result;
-  if (done != nullptr && it->second.role == Role::kDecode &&
+  if (done != nullptr && it->second.kind == JobKind::kDecode &&
       done->getOutputs().size() != it->second.sequences.size()) {
     checked = absl::InternalError(absl::StrCat("the worker returned ", done->getOutputs().size(),
                                                " outputs for ", it->second.sequences.size(),

@@ -1,7 +1,8 @@
 // The Broker: kvpoold's request logic, apart from sockets and threads (docs/design.md §6, §7).
 //
-// It owns no memory: it plans appends on the Pool, sends jobs to workers, commits on success,
-// aborts on failure and answers clients. Every message in is one Handle call, every message out
+// It owns no memory: it plans appends on the pools, sends jobs to workers, commits on success,
+// aborts on failure and answers clients. kvpoold has one pool per GPU (or --pools memfd pools);
+// a worker serves one pool, a sequence lives in one, and migrations move it between them. Every message in is one Handle call, every message out
 // an Outgoing; the daemon's loop moves them between the ROUTER socket and the broker, and tests
 // drive it directly.
 //
@@ -13,9 +14,13 @@
 //   - a worker whose lease expires gives its job back: re-queued to another worker of its role
 //     (up to max_job_attempts), or failed to the client with ABORTED and its append aborted;
 //   - a client whose lease expires loses its sequences; blocks a running job is writing are
-//     returned only when that job ends, so no worker writes into a block given to someone else.
+//     returned only when that job ends, so no worker writes into a block given to someone else;
+//   - a migration is a job of the destination pool: its blocks are reserved there under the
+//     sequence's lease (a pending Import), committed when the receiving worker reports them and
+//     only then released on the source; on failure the reservation is aborted and the source,
+//     never changed, stays the sequence's home.
 // Not thread-safe: one loop owns it. broker.cc holds the request handlers, broker_jobs.cc the
-// leases and jobs.
+// leases and jobs, broker_migrations.cc placement and migrations.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "daemon/metrics.h"
 #include "kvpool/pool/clock.h"
-#include "kvpool/pool/pool.h"
+#include "kvpool/pool/pool_set.h"
 #include "protocol/block_tables.h"
 #include "protocol/content_digest.h"
 #include "protocol/framing.h"
@@ -45,11 +50,12 @@ inline constexpr size_t kMaxDecodeSteps = wire::MAX_DECODE_STEPS;
 
 struct BrokerOptions {
   ModelConfig model;
-  int32_t gpu = -1;                            // the arena's GPU; -1: host arena
+  // Per pool: its GPU (-1: a host memfd pool) and the fd channel its workers fetch it from.
+  std::vector<int32_t> pool_gpus = {-1};
+  std::vector<std::string> fd_channel_paths = {""};
   int heartbeat_millis = 1000;                 // what workers are told to use
   int64_t worker_lease_micros = 3'000'000;     // the pool's lease expiry, told to workers
   int64_t client_lease_micros = 30'000'000;    // clients' sequences outlive short pauses
-  std::string fd_channel_path;                 // where workers fetch the arena
   uint64_t epoch = 0;                          // changes with every kvpoold start
   int max_job_attempts = 2;
   WireLimits limits;
@@ -79,8 +85,8 @@ using Outbox = std::vector<Outgoing>;
 
 class Broker {
  public:
-  // REQUIRES: pool and clock outlive the broker.
-  Broker(Pool* pool, const Clock* clock, BrokerOptions options);
+  // REQUIRES: pools and clock outlive the broker; options has an entry per pool.
+  Broker(PoolSet* pools, const Clock* clock, BrokerOptions options);
 
   // One message from the ROUTER peer `from`. Every request gets exactly one reply (now, or when
   // its job ends), carrying this kvpoold's epoch; bad input gets an error reply naming what is
@@ -103,8 +109,24 @@ class Broker {
   using JobId = uint64_t;
   enum class Role { kPrefill = 0, kDecode = 1 };
   static const char* RoleName(Role role) { return role == Role::kPrefill ? "prefill" : "decode"; }
+  // A job is run by a worker of its pool: prefill and decode jobs by one of that role, a
+  // migration by any (it only copies blocks).
+  enum class JobKind { kPrefill = 0, kDecode = 1, kMigrate = 2 };
+  static constexpr int kJobKinds = 3;
+  static const char* KindName(JobKind kind);
+  // What a migration is moving, and whom to tell how it went.
+  struct Migration {
+    PoolIndex from = 0;
+    PoolIndex to = 0;
+    wire::Transport transport = wire::Transport::NONE;
+    uint32_t blocks_moved = 0;
+    uint32_t blocks_shared = 0;
+    int64_t started_micros = 0;
+    bool after_prefill = false;  // answer with a PrefillReply (its prefix hits in the job)
+  };
   struct Job {
-    Role role;
+    JobKind kind;
+    PoolIndex pool = 0;  // whose worker runs it
     std::string client;  // ROUTER identity of the requester
     uint64_t request_id = 0;
     LeaseId client_lease = 0;
@@ -118,11 +140,15 @@ class Broker {
     int64_t submitted_micros = 0;
     bool client_gone = false;  // its client's lease expired: finish without reply or commit
     int64_t broker_micros = 0;  // time kvpoold spent on it: planning, then finishing
+    std::optional<PoolIndex> then_migrate_to;  // a prefill whose sequence is decoded elsewhere
+    std::optional<Migration> migration;        // a migrate job
   };
   struct Worker {
     std::string identity;
     Role role;
+    PoolIndex pool = 0;
     int32_t gpu = -1;
+    std::vector<int32_t> peer_gpus;  // GPUs its GPU can read
     uint32_t pid = 0;
     std::optional<JobId> job;
   };
@@ -141,6 +167,8 @@ class Broker {
   absl::Status HandleRelease(const std::string& from, uint64_t id, SeqId seq, Outbox& out);
   absl::Status HandleFork(const std::string& from, uint64_t id, wire::ForkRequest::Reader r,
                           Outbox& out);
+  absl::Status HandleMigrate(const std::string& from, uint64_t id, wire::MigrateRequest::Reader r,
+                             Outbox& out);
   absl::Status HandleRegister(const std::string& from, uint64_t id,
                               wire::RegisterRequest::Reader r, Outbox& out);
   absl::Status HandleHeartbeat(const std::string& from, uint64_t id, wire::Heartbeat::Reader r,
@@ -150,10 +178,40 @@ class Broker {
   void ReplyStats(const std::string& from, uint64_t id, Outbox& out);
   void ReplyHealth(const std::string& from, uint64_t id, Outbox& out);
 
-  // Plans appending `tokens` (with their content digests, empty: synthetic) to `seq` for client
-  // `from` (prefill and engine append): refused while a job writes the sequence or when the
-  // client would pass its block limit; counts prefix hits.
-  absl::StatusOr<AppendPlan> PlanAppend(const std::string& from, SeqId seq,
+  // ---- Pools (broker_migrations.cc) ----
+  // The pool `seq` lives in; NOT_FOUND for a sequence that lives nowhere.
+  absl::StatusOr<PoolIndex> HomeOf(SeqId seq) const;
+  // INVALID_ARGUMENT for a pool kvpoold does not have.
+  absl::Status CheckPool(int64_t pool) const;
+  // Where a prefill or append of `seq` runs: its home when it has one (FAILED_PRECONDITION when
+  // `requested` names another), else `requested`, else (-1) the pool with the most blocks free or
+  // evictable among those with a worker of `role` (UNAVAILABLE when none has one).
+  absl::StatusOr<PoolIndex> Place(SeqId seq, int32_t requested, Role role) const;
+  // Starts moving client `lease`'s idle sequence `seq` to pool `to`, answering `client`'s request
+  // `request_id` when it ends (at once when nothing needs copying): a migrate job of `to`.
+  // The typed errors of docs/protocol.md; nothing changes when it fails.
+  absl::Status StartMigration(SeqId seq, PoolIndex to, const std::string& client,
+                              uint64_t request_id, LeaseId lease, bool after_prefill,
+                              int32_t prefix_hit_tokens, Outbox& out);
+  // How bytes go from `from` to `to` on the workers kvpoold has now; UNIMPLEMENTED without one.
+  absl::StatusOr<wire::Transport> ChooseTransport(PoolIndex from, PoolIndex to) const;
+  // A migration's end: commit on the destination and release the source, or abort the import.
+  // The status of the move (OK, or why it failed).
+  absl::Status EndMigration(SeqId seq, const Migration& m, absl::Status result, uint64_t bytes);
+  void FillMigrationReport(const Migration& m, const absl::Status& status, uint64_t bytes,
+                           wire::MigrationReport::Builder report) const;
+  // Replies to a prefill (`migration`: with how its move to the decode pool went).
+  void ReplyPrefill(const std::string& to, uint64_t request_id, SeqId seq, int32_t hits,
+                    const Migration* migration, const absl::Status& moved, uint64_t bytes,
+                    Outbox& out);
+  void ReplyMigrate(const std::string& to, uint64_t request_id, SeqId seq, const Migration& m,
+                    uint64_t bytes, Outbox& out);
+  void FillPoolStates(capnp::List<wire::PoolState>::Builder out) const;
+
+  // Plans appending `tokens` (with their content digests, empty: synthetic) to `seq` in `pool` for
+  // client `from` (prefill and engine append): refused while a job writes the sequence or when
+  // the client would pass its block limit; counts prefix hits.
+  absl::StatusOr<AppendPlan> PlanAppend(const std::string& from, SeqId seq, PoolIndex pool,
                                         const std::vector<int32_t>& tokens,
                                         absl::Span<const TokenDigest> digests,
                                         const SharingScope& scope);
@@ -168,7 +226,10 @@ class Broker {
   LeaseId ClientLease(const std::string& identity);
   // OK when `seq` exists, belongs to `lease` and has no job in flight.
   absl::Status CheckOwnedIdle(SeqId seq, LeaseId lease) const;
-  bool HasWorker(Role role) const;
+  bool HasWorker(Role role, PoolIndex pool) const;
+  // A worker that can take `job` (of its pool, and of its role unless it is a migration).
+  bool CanRun(const Worker& worker, const Job& job) const;
+  bool CanRunSomewhere(const Job& job) const;
 
   void Enqueue(Job job, Outbox& out);
   void Dispatch(Outbox& out);
@@ -187,13 +248,13 @@ class Broker {
   void Reply(Outbox& out, const std::string& to, EnvelopeBuilder message);
   void ReplyError(Outbox& out, const std::string& to, uint64_t id, const absl::Status& status);
 
-  Pool* pool_;
+  PoolSet* pools_;
   const Clock* clock_;
   BrokerOptions options_;
   bool draining_ = false;
   JobId next_job_ = 1;
   absl::flat_hash_map<JobId, Job> jobs_;
-  std::deque<JobId> queues_[2];  // by role
+  std::deque<JobId> queues_[kJobKinds];  // by kind
   absl::flat_hash_map<LeaseId, Worker> workers_;
   absl::flat_hash_map<std::string, LeaseId> worker_leases_;  // identity -> lease
   absl::flat_hash_map<std::string, LeaseId> client_leases_;  // identity -> lease

@@ -16,7 +16,7 @@ namespace kvp {
 // ---- Leases ----
 
 LeaseId Broker::ClientLease(const std::string& identity) {
-  LeaseTable& leases = pool_->leases();
+  LeaseTable& leases = pools_->leases();
   if (auto it = client_leases_.find(identity); it != client_leases_.end()) {
     if (leases.Renew(it->second).ok()) return it->second;
   }
@@ -28,7 +28,8 @@ LeaseId Broker::ClientLease(const std::string& identity) {
 }
 
 absl::Status Broker::CheckOwnedIdle(SeqId seq, LeaseId lease) const {
-  ASSIGN_OR_RETURN(LeaseId owner, pool_->sequences().Owner(seq));
+  ASSIGN_OR_RETURN(const PoolIndex pool, HomeOf(seq));
+  ASSIGN_OR_RETURN(LeaseId owner, pools_->pool(pool).sequences().Owner(seq));
   if (owner != lease) {
     return absl::FailedPreconditionError(
         absl::StrCat("sequence ", seq, " belongs to another client"));
@@ -39,13 +40,38 @@ absl::Status Broker::CheckOwnedIdle(SeqId seq, LeaseId lease) const {
   return absl::OkStatus();
 }
 
-bool Broker::HasWorker(Role role) const {
+bool Broker::HasWorker(Role role, PoolIndex pool) const {
+  return std::any_of(workers_.begin(), workers_.end(), [&](const auto& w) {
+    return w.second.role == role && w.second.pool == pool;
+  });
+}
+
+bool Broker::CanRun(const Worker& worker, const Job& job) const {
+  if (worker.pool != job.pool) return false;
+  switch (job.kind) {
+    case JobKind::kPrefill: return worker.role == Role::kPrefill;
+    case JobKind::kDecode: return worker.role == Role::kDecode;
+    case JobKind::kMigrate: return true;
+  }
+  return false;
+}
+
+bool Broker::CanRunSomewhere(const Job& job) const {
   return std::any_of(workers_.begin(), workers_.end(),
-                     [&](const auto& w) { return w.second.role == role; });
+                     [&](const auto& w) { return CanRun(w.second, job); });
+}
+
+const char* Broker::KindName(JobKind kind) {
+  switch (kind) {
+    case JobKind::kPrefill: return "prefill";
+    case JobKind::kDecode: return "decode";
+    case JobKind::kMigrate: return "migrate";
+  }
+  return "unknown";
 }
 
 void Broker::Tick(Outbox& out) {
-  for (LeaseId lease : pool_->leases().Expire()) {
+  for (LeaseId lease : pools_->leases().Expire()) {
     ++metrics_.leases_reaped;
     if (workers_.contains(lease)) {
       EndWorker(lease, "its lease expired", out);
@@ -62,7 +88,9 @@ void Broker::ReleaseLeaseHoldings(LeaseId lease) {
   for (auto& [worker, held] : sent_tables_) {
     std::vector<SeqId>& forget = forget_[worker];
     for (auto it = held.begin(); it != held.end();) {
-      auto owner = pool_->sequences().Owner(it->first);
+      const absl::StatusOr<PoolIndex> home = HomeOf(it->first);
+      const absl::StatusOr<LeaseId> owner =
+          home.ok() ? pools_->pool(*home).sequences().Owner(it->first) : home.status();
       if (owner.ok() && *owner == lease) {
         forget.push_back(it->first);
         held.erase(it++);
@@ -71,8 +99,7 @@ void Broker::ReleaseLeaseHoldings(LeaseId lease) {
       }
     }
   }
-  pool_->sequences().ForgetLease(lease);
-  pool_->blocks().ReleaseLease(lease);
+  pools_->ForgetLease(lease);
 }
 
 void Broker::EndWorker(LeaseId lease, const std::string& why, Outbox& out) {
@@ -83,27 +110,27 @@ void Broker::EndWorker(LeaseId lease, const std::string& why, Outbox& out) {
       w != worker_leases_.end() && w->second == lease) {
     worker_leases_.erase(w);
   }
-  pool_->leases().Revoke(lease);
+  pools_->leases().Revoke(lease);
   ReleaseLeaseHoldings(lease);
   sent_tables_.erase(lease);
   forget_.erase(lease);
-  spdlog::warn("{} worker pid {} (lease {}) is gone: {}", RoleName(worker.role), worker.pid, lease,
-               why);
+  spdlog::warn("{} worker of pool {} pid {} (lease {}) is gone: {}", RoleName(worker.role),
+               worker.pool, worker.pid, lease, why);
   if (!worker.job.has_value()) return;
   Job& job = jobs_.at(*worker.job);
   job.worker = 0;
   // A job whose client is gone is not tried again: nobody waits for it, and its blocks return
   // only when it ends (a re-queued one might wait for a worker forever).
-  if (!job.client_gone && job.attempts < options_.max_job_attempts && HasWorker(worker.role)) {
+  if (!job.client_gone && job.attempts < options_.max_job_attempts && CanRunSomewhere(job)) {
     ++metrics_.jobs_requeued;
-    queues_[static_cast<int>(worker.role)].push_front(*worker.job);
+    queues_[static_cast<int>(job.kind)].push_front(*worker.job);
     return;
   }
   FinishJob(*worker.job,
-            absl::AbortedError(absl::StrCat("the ", RoleName(worker.role), " worker running job ",
-                                            *worker.job, " went away (", why,
-                                            ") and no other could take it; nothing was "
-                                            "committed")),
+            absl::AbortedError(absl::StrCat("the ", RoleName(worker.role), " worker of pool ",
+                                            worker.pool, " running job ", *worker.job,
+                                            " went away (", why, ") and no other could take it; ",
+                                            "nothing was committed")),
             nullptr, out);
 }
 
@@ -144,25 +171,35 @@ void Broker::Enqueue(Job job, Outbox& out) {
   const JobId id = job.message.envelope().getRequestId();
   ++usage_[job.client_lease].requests;
   for (SeqId s : job.sequences) busy_[s] = id;
-  queues_[static_cast<int>(job.role)].push_back(id);
+  queues_[static_cast<int>(job.kind)].push_back(id);
   jobs_.emplace(id, std::move(job));
   Dispatch(out);
 }
 
 void Broker::Dispatch(Outbox& out) {
   for (auto& [lease, worker] : workers_) {
-    auto& queue = queues_[static_cast<int>(worker.role)];
-    if (worker.job.has_value() || queue.empty()) continue;
-    const JobId id = queue.front();
-    queue.pop_front();
-    Job& job = jobs_.at(id);
-    job.worker = lease;
-    ++job.attempts;
-    worker.job = id;
-    if (job.role == Role::kDecode) {
-      out.push_back({worker.identity, DecodeJobFor(job, lease).Frame()});
-    } else {
-      out.push_back({worker.identity, job.message.Frame()});
+    if (worker.job.has_value()) continue;
+    // Its role's jobs first, then migrations into its pool; the oldest of its pool in each.
+    const JobKind kinds[] = {worker.role == Role::kPrefill ? JobKind::kPrefill : JobKind::kDecode,
+                             JobKind::kMigrate};
+    for (JobKind kind : kinds) {
+      auto& queue = queues_[static_cast<int>(kind)];
+      const auto next = std::find_if(queue.begin(), queue.end(), [&](JobId id) {
+        return jobs_.at(id).pool == worker.pool;
+      });
+      if (next == queue.end()) continue;
+      const JobId id = *next;
+      queue.erase(next);
+      Job& job = jobs_.at(id);
+      job.worker = lease;
+      ++job.attempts;
+      worker.job = id;
+      if (job.kind == JobKind::kDecode) {
+        out.push_back({worker.identity, DecodeJobFor(job, lease).Frame()});
+      } else {
+        out.push_back({worker.identity, job.message.Frame()});
+      }
+      break;
     }
   }
 }
@@ -177,7 +214,8 @@ EnvelopeBuilder Broker::DecodeJobFor(const Job& job, LeaseId worker) {
     const SeqId seq = steps[i].getSequence();
     // A job's sequences outlive it (EndClient defers a running job's); were one gone, its empty
     // table would fail the step at the worker rather than here.
-    const absl::StatusOr<absl::Span<const BlockId>> blocks = pool_->sequences().Blocks(seq);
+    const absl::StatusOr<absl::Span<const BlockId>> blocks =
+        pools_->pool(job.pool).sequences().Blocks(seq);
     const absl::Span<const BlockId> table = blocks.ok() ? *blocks : absl::Span<const BlockId>();
     HeldBlockTable& known = held[seq];
     const size_t from = CommonPrefix(known.blocks(), table);
@@ -207,7 +245,7 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
   if (auto w = workers_.find(job.worker); w != workers_.end()) w->second.job.reset();
   for (SeqId s : job.sequences) busy_.erase(s);
   if (auto u = usage_.find(job.client_lease); u != usage_.end()) --u->second.requests;
-  const std::string kind = RoleName(job.role);
+  const std::string kind = KindName(job.kind);
   if (job.client_gone) {
     if (--deferred_[job.client_lease] == 0) {
       deferred_.erase(job.client_lease);
@@ -217,9 +255,27 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
     Dispatch(out);
     return;
   }
-  SequenceTable& sequences = pool_->sequences();
+  const double seconds = (clock_->NowMicros() - job.submitted_micros) * 1e-6;
+  const SeqId seq = job.sequences.front();
+  if (job.kind == JobKind::kMigrate) {
+    // The import on the destination commits or aborts; the source is let go only after a commit.
+    const uint64_t bytes = done != nullptr ? done->getBytes() : 0;
+    const absl::Status moved = EndMigration(seq, *job.migration, result, bytes);
+    metrics_.ObserveJob(kind, moved.ok() ? "ok" : "error", seconds);
+    if (job.migration->after_prefill) {
+      ReplyPrefill(job.client, job.request_id, seq, job.prefix_hit_tokens, &*job.migration, moved,
+                   bytes, out);
+    } else if (moved.ok()) {
+      ReplyMigrate(job.client, job.request_id, seq, *job.migration, bytes, out);
+    } else {
+      ReplyError(out, job.client, job.request_id, moved);
+    }
+    Dispatch(out);
+    return;
+  }
+  SequenceTable& sequences = pools_->pool(job.pool).sequences();
   absl::Status status = result;
-  if (!status.ok() && job.role == Role::kDecode) {
+  if (!status.ok() && job.kind == JobKind::kDecode) {
     sent_tables_.erase(job.worker);  // what the worker holds is unknown now: send whole tables
   }
   if (status.ok()) {
@@ -229,18 +285,22 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
   } else {
     for (SeqId s : job.sequences) sequences.Abort(s).IgnoreError();
   }
-  const double seconds = (clock_->NowMicros() - job.submitted_micros) * 1e-6;
   metrics_.ObserveJob(kind, status.ok() ? "ok" : "error", seconds);
   if (!status.ok()) {
     ReplyError(out, job.client, job.request_id, status);
-  } else if (job.role == Role::kPrefill) {
-    EnvelopeBuilder reply(job.request_id);
-    auto p = reply.envelope().getBody().initPrefillReply();
-    const SeqId seq = job.sequences.front();
-    p.setSequence(seq);
-    p.setLength(static_cast<uint64_t>(sequences.Length(seq).value_or(0)));
-    p.setPrefixHitTokens(static_cast<uint32_t>(job.prefix_hit_tokens));
-    Reply(out, job.client, std::move(reply));
+  } else if (job.kind == JobKind::kPrefill && job.then_migrate_to.has_value()) {
+    // Written: now to the pool it is decoded on. The prefill's reply waits for the move.
+    const absl::Status started_move =
+        StartMigration(seq, *job.then_migrate_to, job.client, job.request_id, job.client_lease,
+                       /*after_prefill=*/true, job.prefix_hit_tokens, out);
+    if (!started_move.ok()) {
+      const Migration failed{.from = job.pool, .to = *job.then_migrate_to};
+      ReplyPrefill(job.client, job.request_id, seq, job.prefix_hit_tokens, &failed, started_move,
+                   0, out);
+    }
+  } else if (job.kind == JobKind::kPrefill) {
+    ReplyPrefill(job.client, job.request_id, seq, job.prefix_hit_tokens, nullptr,
+                 absl::OkStatus(), 0, out);
   } else {
     EnvelopeBuilder reply(job.request_id);
     auto d = reply.envelope().getBody().initDecodeReply();
@@ -255,16 +315,20 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
 
 std::string Broker::MetricsText() const {
   PoolGauges g;
-  g.gpu = options_.gpu;
-  g.blocks = pool_->blocks().counts();
-  g.leases = pool_->leases().size();
-  g.sequences = pool_->sequences().size();
-  g.workers = {{"prefill", 0}, {"decode", 0}};
-  for (const auto& [lease, w] : workers_) ++g.workers[RoleName(w.role)];
-  g.jobs_queued = queues_[0].size() + queues_[1].size();
+  for (PoolIndex i = 0; i < pools_->size(); ++i) {
+    const Pool& pool = pools_->pool(i);
+    OnePoolGauges& p = g.pools.emplace_back();
+    p.gpu = options_.pool_gpus[i];
+    p.blocks = pool.blocks().counts();
+    p.sequences = pool.sequences().size();
+    p.workers = {{"prefill", 0}, {"decode", 0}};
+  }
+  g.leases = pools_->leases().size();
+  for (const auto& [lease, w] : workers_) ++g.pools[w.pool].workers[RoleName(w.role)];
+  for (const auto& queue : queues_) g.jobs_queued += queue.size();
   g.jobs_running = jobs_.size() - g.jobs_queued;
   g.draining = draining_;
-  const PoolSpec& spec = pool_->layout().spec();
+  const PoolSpec& spec = pools_->layout().spec();
   for (int l = 0; l < spec.num_layers; ++l) {
     g.k_scales.push_back(spec.KScale(l));
     g.v_scales.push_back(spec.VScale(l));

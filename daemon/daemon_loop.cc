@@ -77,9 +77,13 @@ void Send(zmq::socket_t& router, absl::string_view to, Outgoing& message) {
 
 }  // namespace
 
-DaemonLoop::DaemonLoop(DaemonOptions options, const ServedArena* arena, Pool* pool,
-                       Broker* broker, const Clock* clock)
-    : options_(std::move(options)), arena_(arena), pool_(pool), broker_(broker), clock_(clock) {}
+DaemonLoop::DaemonLoop(DaemonOptions options, std::vector<const ServedArena*> arenas,
+                       const PoolSet* pools, Broker* broker, const Clock* clock)
+    : options_(std::move(options)),
+      arenas_(std::move(arenas)),
+      pools_(pools),
+      broker_(broker),
+      clock_(clock) {}
 
 absl::Status DaemonLoop::Run() {
   ASSIGN_OR_RETURN(UniqueFd signals, BlockTerminationSignals());
@@ -89,8 +93,15 @@ absl::Status DaemonLoop::Run() {
                      ": the local endpoint is ipc://; serve remote clients "
                      "with --tcp_endpoint, which requires CURVE keys (docs/design.md §8)"));
   }
-  ASSIGN_OR_RETURN(FdChannelServer fd_channel,
-                   FdChannelServer::Listen(broker_->options().fd_channel_path, options_.allow));
+  if (arenas_.size() != pools_->size() ||
+      broker_->options().fd_channel_paths.size() != pools_->size()) {
+    return absl::InternalError("an arena and an fd channel per pool, please");
+  }
+  std::vector<FdChannelServer> fd_channels;
+  for (const std::string& path : broker_->options().fd_channel_paths) {
+    ASSIGN_OR_RETURN(FdChannelServer channel, FdChannelServer::Listen(path, options_.allow));
+    fd_channels.push_back(std::move(channel));
+  }
 
   zmq::context_t context(1);
   zmq::socket_t router = NewRouter(context, broker_->options().limits.max_message_bytes);
@@ -151,48 +162,68 @@ absl::Status DaemonLoop::Run() {
     RETURN_IF_ERROR(http.Start(options_.metrics_host, options_.metrics_port));
     spdlog::info("metrics at http://{}:{}/metrics", options_.metrics_host, http.port());
   }
-  spdlog::info("kvpoold serving endpoint={} fd_channel={} blocks={} block_bytes={} {}",
-               options_.endpoint, broker_->options().fd_channel_path, pool_->blocks().num_blocks(),
-               pool_->layout().block_stride(), pool_->layout().spec().DebugString());
+  for (PoolIndex i = 0; i < pools_->size(); ++i) {
+    spdlog::info("pool {}: {} fd_channel={} blocks={} block_bytes={}", i,
+                 arenas_[i]->device() < 0 ? std::string("host")
+                                          : absl::StrCat("gpu ", arenas_[i]->device()),
+                 broker_->options().fd_channel_paths[i], pools_->pool(i).blocks().num_blocks(),
+                 pools_->layout().block_stride());
+  }
+  spdlog::info("kvpoold serving endpoint={} pools={} {}", options_.endpoint, pools_->size(),
+               pools_->layout().spec().DebugString());
   sd_notify(0, "READY=1\nSTATUS=serving");
   uint64_t watchdog_usec = 0;
   const bool watchdog = sd_watchdog_enabled(0, &watchdog_usec) > 0;
 
-  ArenaDescription description;
-  description.epoch = broker_->options().epoch;
-  description.num_blocks = pool_->blocks().num_blocks();
-  description.spec = pool_->layout().spec();
+  const auto describe = [&](PoolIndex i) {
+    ArenaDescription description;
+    description.epoch = broker_->options().epoch;
+    description.num_blocks = pools_->pool(i).blocks().num_blocks();
+    description.spec = pools_->layout().spec();
+    return description;
+  };
+  // Hands pool i's arena to the peer waiting on its fd channel.
+  const auto hand_over = [&](PoolIndex i) {
+    absl::StatusOr<FdPeer> peer = fd_channels[i].Accept(0);
+    if (peer.ok()) {
+      const absl::Status sent = arenas_[i]->SendTo(*peer, describe(i));
+      if (sent.ok()) {
+        spdlog::info("arena of pool {} handed to pid {}", i, peer->credentials().pid);
+      } else {
+        spdlog::warn("handing the arena of pool {} to pid {} failed: {}", i,
+                     peer->credentials().pid, sent.ToString());
+      }
+    } else if (!absl::IsDeadlineExceeded(peer.status())) {
+      spdlog::warn("fd channel of pool {}: {}", i, peer.status().ToString());
+    }
+  };
 
   int64_t next_tick = clock_->NowMicros();
   int64_t next_watchdog = next_tick;
   int64_t drain_deadline = 0;
   while (true) {
-    zmq::pollitem_t items[] = {
-        {router.handle(), 0, ZMQ_POLLIN, 0},
-        {nullptr, fd_channel.fd(), ZMQ_POLLIN, 0},
-        {nullptr, signals.get(), ZMQ_POLLIN, 0},
-        {remote.has_value() ? remote->handle() : nullptr, 0, ZMQ_POLLIN, 0},
-        {zap != nullptr ? zap->socket().handle() : nullptr, 0, ZMQ_POLLIN, 0}};
-    const int64_t wait_ms = std::max<int64_t>(0, (next_tick - clock_->NowMicros()) / 1000);
-    zmq::poll(items, remote.has_value() ? 5 : 3, std::chrono::milliseconds(wait_ms));
-    if (items[0].revents & ZMQ_POLLIN) drain(router, kLocalPeerPrefix);
-    if (remote.has_value() && (items[3].revents & ZMQ_POLLIN)) drain(*remote, kRemotePeerPrefix);
-    if (zap != nullptr && (items[4].revents & ZMQ_POLLIN)) zap->AnswerOne();
-    if (items[1].revents & ZMQ_POLLIN) {
-      absl::StatusOr<FdPeer> peer = fd_channel.Accept(0);
-      if (peer.ok()) {
-        const absl::Status sent = arena_->SendTo(*peer, description);
-        if (sent.ok()) {
-          spdlog::info("arena handed to pid {}", peer->credentials().pid);
-        } else {
-          spdlog::warn("handing the arena to pid {} failed: {}", peer->credentials().pid,
-                       sent.ToString());
-        }
-      } else if (!absl::IsDeadlineExceeded(peer.status())) {
-        spdlog::warn("fd channel: {}", peer.status().ToString());
-      }
+    // The sockets, then one fd channel per pool.
+    std::vector<zmq::pollitem_t> items = {{router.handle(), 0, ZMQ_POLLIN, 0},
+                                          {nullptr, signals.get(), ZMQ_POLLIN, 0}};
+    const size_t remote_item = items.size();
+    if (remote.has_value()) items.push_back({remote->handle(), 0, ZMQ_POLLIN, 0});
+    const size_t zap_item = items.size();
+    if (zap != nullptr) items.push_back({zap->socket().handle(), 0, ZMQ_POLLIN, 0});
+    const size_t first_channel = items.size();
+    for (const FdChannelServer& channel : fd_channels) {
+      items.push_back({nullptr, channel.fd(), ZMQ_POLLIN, 0});
     }
-    if ((items[2].revents & ZMQ_POLLIN) && !broker_->draining()) {
+    const int64_t wait_ms = std::max<int64_t>(0, (next_tick - clock_->NowMicros()) / 1000);
+    zmq::poll(items, std::chrono::milliseconds(wait_ms));
+    if (items[0].revents & ZMQ_POLLIN) drain(router, kLocalPeerPrefix);
+    if (remote.has_value() && (items[remote_item].revents & ZMQ_POLLIN)) {
+      drain(*remote, kRemotePeerPrefix);
+    }
+    if (zap != nullptr && (items[zap_item].revents & ZMQ_POLLIN)) zap->AnswerOne();
+    for (PoolIndex i = 0; i < fd_channels.size(); ++i) {
+      if (items[first_channel + i].revents & ZMQ_POLLIN) hand_over(i);
+    }
+    if ((items[1].revents & ZMQ_POLLIN) && !broker_->draining()) {
       signalfd_siginfo info{};
       (void)!::read(signals.get(), &info, sizeof(info));
       spdlog::info("signal {}: draining ({} ms at most)", info.ssi_signo,

@@ -1,5 +1,5 @@
 // kvpoold's event loop: one thread polls the ROUTER socket (and, when serving tcp://, a second
-// ROUTER with CURVE and its ZAP handler), the fd channel and a signalfd, feeds the Broker and
+// ROUTER with CURVE and its ZAP handler), each pool's fd channel and a signalfd, feeds the Broker and
 // sends what it returns; every tick it reaps leases, publishes metrics and pings
 // systemd's watchdog. SIGTERM or SIGINT starts a drain: new work is refused, jobs in flight
 // finish (or the drain times out), then Run returns.
@@ -14,7 +14,7 @@
 #include "daemon/broker.h"
 #include "daemon/served_arena.h"
 #include "kvpool/arena/fd_channel.h"
-#include "kvpool/pool/pool.h"
+#include "kvpool/pool/pool_set.h"
 
 namespace kvp {
 
@@ -37,17 +37,18 @@ struct DaemonOptions {
 class DaemonLoop {
  public:
   // Blocks SIGTERM and SIGINT in this thread and every thread started after (call it before
-  // starting threads). REQUIRES: arena, pool, broker and clock outlive the loop.
-  DaemonLoop(DaemonOptions options, const ServedArena* arena, Pool* pool, Broker* broker,
-             const Clock* clock);
+  // starting threads). `arenas` has one entry per pool, each served on the pool's fd channel
+  // (BrokerOptions::fd_channel_paths). REQUIRES: arenas, pools, broker and clock outlive the loop.
+  DaemonLoop(DaemonOptions options, std::vector<const ServedArena*> arenas, const PoolSet* pools,
+             Broker* broker, const Clock* clock);
 
   // Binds, serves until a signal's drain ends, returns OK on a clean exit.
   absl::Status Run();
 
  private:
   DaemonOptions options_;
-  const ServedArena* arena_;
-  Pool* pool_;
+  std::vector<const ServedArena*> arenas_;
+  const PoolSet* pools_;
   Broker* broker_;
   const Clock* clock_;
 };

@@ -1,4 +1,5 @@
-// kvpoold: owns one pool's arena and serves requests and workers (docs/design.md §1). Flags may
+// kvpoold: owns the pools' arenas (one per GPU, or --pools memfd pools) and serves requests and
+// workers (docs/design.md §1). Flags may
 // come from a file (--flagfile=/etc/kvpool/kvpoold.flags); see deploy/.
 #include <spdlog/spdlog.h>
 #include <unistd.h>
@@ -27,7 +28,7 @@
 #include "kvpool/format/kv_format_names.h"
 #include "kvpool/layout/block_layout.h"
 #include "kvpool/pool/clock.h"
-#include "kvpool/pool/pool.h"
+#include "kvpool/pool/pool_set.h"
 #include "protocol/curve.h"
 #include "protocol/endpoints.h"
 #include "protocol/spec_codec.h"
@@ -45,8 +46,12 @@ ABSL_FLAG(std::string, curve_clients_file, "",
           "the public keys (Z85, one per line; lines starting with # are comments) of the clients "
           "the tcp endpoint admits");
 ABSL_FLAG(std::string, backend, "auto", "arena: auto (cuda when a GPU is visible), cuda or host");
-ABSL_FLAG(int, gpu, 0, "GPU of the cuda arena");
-ABSL_FLAG(int64_t, arena_mib, 1024, "arena size in MiB");
+ABSL_FLAG(int, gpu, 0, "GPU of the cuda arena, when --gpus is not given");
+ABSL_FLAG(std::string, gpus, "",
+          "cuda backend: a pool on each of these GPUs, comma-separated (a GPU named twice gets two "
+          "pools); default --gpu");
+ABSL_FLAG(int, pools, 1, "host backend: this many memfd pools (they stand in for GPUs)");
+ABSL_FLAG(int64_t, arena_mib, 1024, "arena size of each pool in MiB");
 ABSL_FLAG(int, layers, 4, "layers of the pool");
 ABSL_FLAG(int, kv_heads, 8, "kv heads");
 ABSL_FLAG(int, head_dim, 128, "head dimension: 64, 128 or 256");
@@ -151,19 +156,49 @@ absl::StatusOr<PoolSpec> SpecFromFlags() {
   return spec;
 }
 
-absl::StatusOr<std::unique_ptr<ServedArena>> ArenaFromFlags(uint64_t bytes) {
+// One arena per pool: on each of --gpus (cuda), or --pools memfd arenas (host). `auto` is cuda
+// when the first GPU can be used, else host.
+absl::StatusOr<std::vector<std::unique_ptr<ServedArena>>> ArenasFromFlags(uint64_t bytes) {
   const std::string backend = absl::GetFlag(FLAGS_backend);
-  const int gpu = absl::GetFlag(FLAGS_gpu);
-  if (backend == "host") return CreateHostServedArena(bytes);
-  if (backend == "cuda") return CreateCudaServedArena(gpu, bytes);
-  if (backend != "auto") {
+  if (backend != "auto" && backend != "cuda" && backend != "host") {
     return absl::InvalidArgumentError(
         absl::StrCat("--backend=", backend, ": expected auto, cuda or host"));
   }
-  absl::StatusOr<std::unique_ptr<ServedArena>> cuda = CreateCudaServedArena(gpu, bytes);
-  if (cuda.ok()) return cuda;
-  spdlog::info("no cuda arena ({}); using the host backend", std::string(cuda.status().message()));
-  return CreateHostServedArena(bytes);
+  ASSIGN_OR_RETURN(std::vector<int> gpus, ParseIds<int>(absl::GetFlag(FLAGS_gpus), "gpus"));
+  if (gpus.empty()) gpus.push_back(absl::GetFlag(FLAGS_gpu));
+  const int host_pools = absl::GetFlag(FLAGS_pools);
+  if (host_pools < 1 || host_pools > static_cast<int>(wire::MAX_POOLS) ||
+      gpus.size() > wire::MAX_POOLS) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("kvpoold serves 1 to ", wire::MAX_POOLS, " pools (--pools, --gpus)"));
+  }
+  std::vector<std::unique_ptr<ServedArena>> arenas;
+  if (backend != "host") {
+    absl::Status failed;
+    for (int gpu : gpus) {
+      absl::StatusOr<std::unique_ptr<ServedArena>> arena = CreateCudaServedArena(gpu, bytes);
+      if (!arena.ok()) {
+        failed = arena.status();
+        break;
+      }
+      arenas.push_back(*std::move(arena));
+    }
+    if (failed.ok()) {
+      if (host_pools != 1) {
+        return absl::InvalidArgumentError(
+            "--pools is for the host backend; a cuda kvpoold has a pool per --gpus entry");
+      }
+      return arenas;
+    }
+    if (backend == "cuda") return failed;
+    arenas.clear();
+    spdlog::info("no cuda arena ({}); using the host backend", std::string(failed.message()));
+  }
+  for (int i = 0; i < host_pools; ++i) {
+    ASSIGN_OR_RETURN(std::unique_ptr<ServedArena> arena, CreateHostServedArena(bytes));
+    arenas.push_back(std::move(arena));
+  }
+  return arenas;
 }
 
 // The tcp:// endpoint's flags into `options`: all three or none.
@@ -234,44 +269,58 @@ absl::Status Main() {
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.drain_timeout_millis = absl::GetFlag(FLAGS_drain_timeout_ms);
 
-  ASSIGN_OR_RETURN(std::unique_ptr<ServedArena> arena,
-                   ArenaFromFlags(static_cast<uint64_t>(arena_mib) << 20));
-  uint64_t arena_bytes = 0;
-  for (uint64_t c : arena->chunk_sizes()) arena_bytes += c;
+  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<ServedArena>> arenas,
+                   ArenasFromFlags(static_cast<uint64_t>(arena_mib) << 20));
+  // Every pool has the same size (the smallest arena's, should rounding differ).
+  uint64_t arena_bytes = UINT64_MAX;
+  for (const auto& arena : arenas) {
+    uint64_t bytes = 0;
+    for (uint64_t c : arena->chunk_sizes()) bytes += c;
+    arena_bytes = std::min(arena_bytes, bytes);
+  }
   SteadyClock clock;
   const int64_t lease_expiry = int64_t{absl::GetFlag(FLAGS_lease_expiry_ms)} * 1000;
-  ASSIGN_OR_RETURN(std::unique_ptr<Pool> pool,
-                   Pool::Create(spec, arena_bytes, &clock, lease_expiry));
+  ASSIGN_OR_RETURN(std::unique_ptr<PoolSet> pools,
+                   PoolSet::Create(spec, arena_bytes, static_cast<int>(arenas.size()), &clock,
+                                   lease_expiry));
 
   BrokerOptions broker_options;
   broker_options.model = model;
-  broker_options.gpu = arena->device();
+  broker_options.pool_gpus.clear();
+  broker_options.fd_channel_paths.clear();
+  std::vector<const ServedArena*> served;
+  for (size_t i = 0; i < arenas.size(); ++i) {
+    broker_options.pool_gpus.push_back(arenas[i]->device());
+    broker_options.fd_channel_paths.push_back(FdChannelIn(runtime_dir, static_cast<int>(i)));
+    served.push_back(arenas[i].get());
+  }
   broker_options.heartbeat_millis = absl::GetFlag(FLAGS_heartbeat_ms);
   broker_options.worker_lease_micros = lease_expiry;
   broker_options.client_lease_micros = int64_t{absl::GetFlag(FLAGS_client_lease_ms)} * 1000;
-  broker_options.fd_channel_path = FdChannelIn(runtime_dir);
   broker_options.epoch = static_cast<uint64_t>(
       std::chrono::system_clock::now().time_since_epoch() / std::chrono::microseconds(1));
   broker_options.max_job_attempts = absl::GetFlag(FLAGS_max_job_attempts);
   const int64_t max_blocks = absl::GetFlag(FLAGS_client_max_blocks);
   if (max_blocks < -1) return absl::InvalidArgumentError("--client_max_blocks must be >= -1");
-  // By default one client may use most of an otherwise idle pool, but not all of it.
+  // By default one client may use most of otherwise idle pools, but not all of them.
+  const int64_t pool_blocks = pools->pool(0).blocks().num_blocks();
+  const int64_t all_blocks = pool_blocks * static_cast<int64_t>(pools->size());
   broker_options.client_max_blocks =
-      max_blocks == -1 ? std::max<int64_t>(1, pool->blocks().num_blocks() * 9 / 10) : max_blocks;
+      max_blocks == -1 ? std::max<int64_t>(1, all_blocks * 9 / 10) : max_blocks;
   broker_options.client_max_requests = absl::GetFlag(FLAGS_client_max_requests);
   if (broker_options.client_max_requests < 1) {
     return absl::InvalidArgumentError("--client_max_requests must be at least 1");
   }
   broker_options.allow_nonfinite = absl::GetFlag(FLAGS_allow_nonfinite);
   broker_options.limits.max_layers = static_cast<uint64_t>(spec.num_layers);
-  broker_options.limits.max_blocks = static_cast<uint64_t>(pool->blocks().num_blocks());
+  broker_options.limits.max_blocks = static_cast<uint64_t>(pool_blocks);
   broker_options.limits.max_message_bytes =
       static_cast<size_t>(absl::GetFlag(FLAGS_max_message_mib)) << 20;
   if (broker_options.heartbeat_millis <= 0 || lease_expiry <= broker_options.heartbeat_millis * 1000) {
     return absl::InvalidArgumentError("--lease_expiry_ms must exceed --heartbeat_ms > 0");
   }
-  Broker broker(pool.get(), &clock, broker_options);
-  DaemonLoop loop(options, arena.get(), pool.get(), &broker, &clock);
+  Broker broker(pools.get(), &clock, broker_options);
+  DaemonLoop loop(options, std::move(served), pools.get(), &broker, &clock);
   return loop.Run();
 }
 

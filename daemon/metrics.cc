@@ -42,22 +42,41 @@ std::string Number(double v) { return absl::StrFormat("%.9g", v); }
 
 std::string RenderPrometheus(const BrokerMetrics& m, const PoolGauges& g) {
   std::string out;
-  const std::string gpu = absl::StrCat("gpu=\"", g.gpu < 0 ? "host" : absl::StrCat(g.gpu), "\"");
-  Header(out, "kvpool_blocks", "gauge", "Blocks of the pool by state.");
-  const std::pair<const char*, int64_t> states[] = {{"free", g.blocks.free},
-                                                    {"reserved", g.blocks.reserved},
-                                                    {"used", g.blocks.used},
-                                                    {"cached", g.blocks.cached}};
-  for (const auto& [state, n] : states) {
-    absl::StrAppend(&out, "kvpool_blocks{", gpu, ",state=\"", state, "\"} ", n, "\n");
+  // Per pool: `pool` is its index, `gpu` its device (host for memfd pools).
+  const auto labels = [&](size_t i) {
+    const int gpu = g.pools[i].gpu;
+    return absl::StrCat("pool=\"", i, "\",gpu=\"", gpu < 0 ? "host" : absl::StrCat(gpu), "\"");
+  };
+  Header(out, "kvpool_blocks", "gauge", "Blocks of each pool by state.");
+  for (size_t i = 0; i < g.pools.size(); ++i) {
+    const PoolCounts& c = g.pools[i].blocks;
+    const std::pair<const char*, int64_t> states[] = {
+        {"free", c.free}, {"reserved", c.reserved}, {"used", c.used}, {"cached", c.cached}};
+    for (const auto& [state, n] : states) {
+      absl::StrAppend(&out, "kvpool_blocks{", labels(i), ",state=\"", state, "\"} ", n, "\n");
+    }
   }
   Header(out, "kvpool_leases", "gauge", "Live leases (workers and clients).");
   absl::StrAppend(&out, "kvpool_leases ", g.leases, "\n");
-  Header(out, "kvpool_sequences", "gauge", "Sequences in the pool.");
-  absl::StrAppend(&out, "kvpool_sequences ", g.sequences, "\n");
-  Header(out, "kvpool_workers", "gauge", "Registered workers by role.");
-  for (const auto& [role, n] : g.workers) {
-    absl::StrAppend(&out, "kvpool_workers{role=\"", role, "\"} ", n, "\n");
+  Header(out, "kvpool_sequences", "gauge", "Sequences living in each pool.");
+  for (size_t i = 0; i < g.pools.size(); ++i) {
+    absl::StrAppend(&out, "kvpool_sequences{", labels(i), "} ", g.pools[i].sequences, "\n");
+  }
+  Header(out, "kvpool_workers", "gauge", "Registered workers of each pool by role.");
+  for (size_t i = 0; i < g.pools.size(); ++i) {
+    for (const auto& [role, n] : g.pools[i].workers) {
+      absl::StrAppend(&out, "kvpool_workers{", labels(i), ",role=\"", role, "\"} ", n, "\n");
+    }
+  }
+  Header(out, "kvpool_migrations_total", "counter",
+         "Sequences moved between pools, by transport and outcome.");
+  for (const auto& [key, n] : m.migrations) {
+    absl::StrAppend(&out, "kvpool_migrations_total{transport=\"", key.first, "\",outcome=\"",
+                    key.second, "\"} ", n, "\n");
+  }
+  Header(out, "kvpool_migrated_bytes_total", "counter", "Bytes moved between pools, by transport.");
+  for (const auto& [transport, n] : m.migrated_bytes) {
+    absl::StrAppend(&out, "kvpool_migrated_bytes_total{transport=\"", transport, "\"} ", n, "\n");
   }
   Header(out, "kvpool_jobs_queued", "gauge", "Jobs waiting for a worker.");
   absl::StrAppend(&out, "kvpool_jobs_queued ", g.jobs_queued, "\n");

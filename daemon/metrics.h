@@ -43,17 +43,24 @@ struct BrokerMetrics {
   uint64_t prefix_hit_tokens = 0;
   uint64_t rejected_nonfinite = 0;                // requests with NaN or Inf in their tensors
   mutable std::map<std::string, uint64_t> limit_refusals;  // by client limit (blocks, requests)
+  std::map<std::pair<std::string, std::string>, uint64_t> migrations;  // (transport, outcome)
+  std::map<std::string, uint64_t> migrated_bytes;                      // by transport
 
   void ObserveJob(const std::string& kind, const std::string& outcome, double seconds);
 };
 
-// What the pool looks like now: gauges read at render time.
-struct PoolGauges {
+// One pool now.
+struct OnePoolGauges {
   int gpu = -1;  // -1: host arena
   PoolCounts blocks;
-  uint64_t leases = 0;
   uint64_t sequences = 0;
   std::map<std::string, uint64_t> workers;  // by role
+};
+
+// What the pools look like now: gauges read at render time.
+struct PoolGauges {
+  std::vector<OnePoolGauges> pools;  // by pool index
+  uint64_t leases = 0;
   uint64_t jobs_queued = 0;
   uint64_t jobs_running = 0;
   bool draining = false;

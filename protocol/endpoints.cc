@@ -32,8 +32,9 @@ std::string EndpointIn(const std::string& runtime_dir) {
   return absl::StrCat("ipc://", runtime_dir, "/kvpoold.sock");
 }
 
-std::string FdChannelIn(const std::string& runtime_dir) {
-  return absl::StrCat(runtime_dir, "/kvpoold.fds");
+std::string FdChannelIn(const std::string& runtime_dir, int pool) {
+  if (pool == 0) return absl::StrCat(runtime_dir, "/kvpoold.fds");
+  return absl::StrCat(runtime_dir, "/kvpoold-", pool, ".fds");
 }
 
 absl::Status PrepareRuntimeDir(const std::string& dir) {

@@ -13,7 +13,8 @@ namespace kvp {
 std::string DefaultRuntimeDir();
 
 std::string EndpointIn(const std::string& runtime_dir);   // ipc://<dir>/kvpoold.sock
-std::string FdChannelIn(const std::string& runtime_dir);  // <dir>/kvpoold.fds
+// <dir>/kvpoold.fds for pool 0 (the only one of most kvpoolds), <dir>/kvpoold-<pool>.fds after.
+std::string FdChannelIn(const std::string& runtime_dir, int pool = 0);
 
 // Creates `dir` (and parents) if missing and makes it mode 0700 owned by us; FAILED_PRECONDITION
 // when it exists and belongs to someone else.

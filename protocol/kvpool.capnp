@@ -31,6 +31,7 @@ const maxCopies :UInt32 = 16;               # copy-on-write pairs of one append 
 const maxForgotten :UInt32 = 4194304;       # sequences a worker is told to forget at once
 const maxNameBytes :UInt32 = 256;           # cache namespaces, file paths, error texts
 const maxMessageText :UInt32 = 65536;
+const maxPools :UInt32 = 64;                # pools of one kvpoold (one per GPU, or --pools)
 
 # Abseil's codes, same numbers: what the caller should do next (docs/design.md §7).
 enum StatusCode {
@@ -125,12 +126,55 @@ struct PrefillRequest {
   # tensor bytes as well for activations. Empty: the default namespace. A sequence keeps the
   # namespace of its first prefill or append.
   cacheNamespace @3 :Text $maxElements(.maxNameBytes);
+  # Where it runs and where it is decoded (docs/design.md §6). pool: -1 lets kvpoold choose (the
+  # pool with the most free blocks and a prefill worker) for a new sequence; an existing one stays
+  # where it lives. decodePool: -1 keeps it where it was prefilled; another pool has kvpoold move
+  # it there once written, before the reply.
+  pool @4 :Int32 = -1;
+  decodePool @5 :Int32 = -1;
 }
 
 struct PrefillReply {
   sequence @0 :UInt64;
   length @1 :UInt64;
   prefixHitTokens @2 :UInt32;
+  pool @3 :UInt32;                # where the sequence lives now
+  migration @4 :MigrationReport;  # set when a decodePool other than the prefill's was asked
+}
+
+# How a migration's bytes moved, chosen by kvpoold per transfer.
+enum Transport {
+  none @0;      # nothing to move: the destination held every block already
+  host @1;      # memfd pools: the receiving worker maps the source arena and copies
+  peerCopy @2;  # GPUs with peer access (or one GPU): the receiver maps the source arena and pulls
+  nccl @3;      # ncclSend/ncclRecv between a worker of each pool
+}
+
+struct MigrationReport {
+  fromPool @0 :UInt32;
+  toPool @1 :UInt32;
+  transport @2 :Transport;
+  blocksMoved @3 :UInt32;   # copied to the destination
+  blocksShared @4 :UInt32;  # the destination held them already (its prefix cache)
+  bytes @5 :UInt64;
+  micros @6 :UInt64;        # kvpoold's time from planning the move to committing it
+  # Set when the move failed: nothing was committed on toPool and the sequence, unchanged, still
+  # lives on fromPool.
+  error @7 :Error;
+}
+
+# Moves a sequence to another pool (rebalancing, or decode elsewhere). Two-phase: the blocks are
+# reserved on the destination under the sequence's lease, copied, committed there once the
+# receiving worker reports them, and only then released on the source (kept as its prefix cache
+# where they are indexed). Decodes never see a half-moved sequence: it is busy meanwhile.
+struct MigrateRequest {
+  sequence @0 :UInt64;
+  toPool @1 :UInt32;
+}
+struct MigrateReply {
+  sequence @0 :UInt64;
+  length @1 :UInt64;
+  migration @2 :MigrationReport;
 }
 
 struct DecodeStep {
@@ -190,6 +234,20 @@ struct StatsReply {
   clientBlocks @7 :UInt64;           # what the asking client holds, against its limits
   clientRequestsInFlight @8 :UInt32;
   rejectedNonFinite @9 :UInt64;      # requests refused for NaN or Inf in their tensors
+  pools @10 :List(PoolState) $maxElements(.maxPools);  # the fields above are their sums
+}
+
+# One pool of kvpoold, in Stats and Health.
+struct PoolState {
+  index @0 :UInt32;
+  gpu @1 :Int32;  # -1: a host (memfd) pool
+  blocksFree @2 :UInt64;
+  blocksReserved @3 :UInt64;
+  blocksUsed @4 :UInt64;
+  blocksCached @5 :UInt64;
+  sequences @6 :UInt32;
+  prefillWorkers @7 :UInt32;
+  decodeWorkers @8 :UInt32;
 }
 
 struct HealthRequest {}
@@ -201,6 +259,7 @@ struct HealthReply {
   spec @4 :PoolSpec;   # what tensors sent to this pool must look like
   model @5 :Model;
   limits @6 :ClientLimits;
+  pools @7 :List(PoolState) $maxElements(.maxPools);
 }
 
 # What one client (one lease) may hold at once; RESOURCE_EXHAUSTED names the limit it would pass.
@@ -218,12 +277,16 @@ struct AppendRequest {
   # only within a named namespace, whose clients vouch that equal token ids mean equal K/V
   # (one model, one configuration). Empty: not shared at all.
   cacheNamespace @2 :Text $maxElements(.maxNameBytes);
+  # The pool whose arena the engine writes: -1 for where the sequence lives, or pool 0 (the
+  # arena of kvpoold's first fd channel) for a new one.
+  pool @3 :Int32 = -1;
 }
 struct AppendReply {
   prefixHitTokens @0 :UInt32;
   slots @1 :List(Int64) $maxElements(.maxPrefillTokens);  # one per token after the prefix hits
   copies @2 :List(BlockCopy) $maxElements(.maxCopies);  # copy-on-write, before writing
   blockTable @3 :List(Int32) $boundBy(blocks);     # the sequence's blocks with the append
+  pool @4 :UInt32;                                 # whose arena the slots are in
 }
 struct CommitRequest { sequence @0 :UInt64; }
 struct CommitReply { length @0 :UInt64; }
@@ -257,6 +320,11 @@ struct RegisterRequest {
   gpu @1 :Int32;  # -1: host backend
   capabilities @2 :Capabilities;
   pid @3 :UInt32;  # for logs
+  # The pool it serves: -1 for the pool on its gpu (cuda), or pool 0 (host backend).
+  pool @4 :Int32 = -1;
+  # GPUs whose memory its own GPU can read (cudaDeviceCanAccessPeer): migrations from pools there
+  # can pull with the copy engine.
+  peerGpus @5 :List(Int32) $maxElements(.maxPools);
 }
 
 # The model the decode jobs run: what the pool spec does not say.
@@ -278,6 +346,7 @@ struct RegisterReply {
   heartbeatMillis @5 :UInt32;
   model @6 :Model;
   leaseExpiryMillis @7 :UInt32;
+  pool @8 :UInt32;  # the pool it serves (fdChannel hands out that pool's arena)
 }
 
 struct Heartbeat {
@@ -295,6 +364,19 @@ struct PrefillJob {
   slotMapping @4 :List(Int64) $maxElements(.maxPrefillTokens);  # one slot per token
   copies @5 :List(BlockCopy) $maxElements(.maxCopies);  # copy-on-write, before writing
   activations @6 :Activations;
+}
+
+# Copies blocks of another pool into this worker's (a migration's receiving side): the source
+# pool's arena is fetched from its fd channel (its epoch is this kvpoold's), then each move's
+# source block is copied onto its target block, whole (a block spans all layers).
+struct MigrateJob {
+  job @0 :UInt64;
+  sequence @1 :UInt64;
+  sourcePool @2 :UInt32;
+  sourceChannel @3 :Text $maxElements(4096);
+  sourceGpu @4 :Int32;  # -1: host
+  transport @5 :Transport;
+  moves @6 :List(BlockCopy) $boundBy(blocks);
 }
 
 struct BlockCopy {
@@ -332,6 +414,7 @@ struct JobDone {
   outputs @1 :List(DecodeOutput) $maxElements(.maxDecodeSteps);  # decode jobs
   execMicros @2 :UInt64;           # time spent executing it, from after it was decoded
   handleMicros @3 :UInt64;         # from receiving the job to its report (decoding included)
+  bytes @4 :UInt64;                # migrate jobs: bytes copied
 }
 
 struct JobFailed {
@@ -374,5 +457,8 @@ struct Envelope {
     commitReply @26 :CommitReply;
     abort @27 :AbortRequest;
     abortReply @28 :AbortReply;
+    migrate @30 :MigrateRequest;
+    migrateReply @31 :MigrateReply;
+    migrateJob @32 :MigrateJob;
   }
 }

@@ -1,5 +1,7 @@
 #include "worker/attachment.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kvpool/arena/fd_channel.h"
@@ -8,6 +10,8 @@
 #include "kvpool/layout/block_layout.h"
 #include "worker/host_executor.h"
 #if KVP_HAVE_CUDA
+#include <cuda_runtime_api.h>
+
 #include "kvpool/arena/cuda_arena.h"
 #include "worker/cuda_executor.h"
 #endif
@@ -19,10 +23,31 @@ constexpr int kAttachTimeoutMs = 10'000;
 
 class HostAttachment : public Attachment {
  public:
-  HostAttachment(HostArenaMapping mapping, BlockLayout layout, const JobContext& ctx)
-      : mapping_(std::move(mapping)), executor_(std::move(layout), mapping_.base(), ctx) {}
+  HostAttachment(HostArenaMapping mapping, BlockLayout layout, const JobContext& ctx,
+                 uint64_t epoch)
+      : Attachment(ctx, epoch, layout.block_stride()),
+        mapping_(std::move(mapping)),
+        executor_(std::move(layout), mapping_.base(), ctx) {}
   Executor& executor() override { return executor_; }
   const char* backend_name() const override { return "host"; }
+
+ protected:
+  class HostSource : public SourceMapping {
+   public:
+    explicit HostSource(HostArenaMapping mapping) : mapping_(std::move(mapping)) {}
+    const uint8_t* base() const override { return mapping_.base(); }
+
+   private:
+    HostArenaMapping mapping_;
+  };
+  absl::StatusOr<std::unique_ptr<SourceMapping>> MapSource(const ArenaDescription& d,
+                                                           std::vector<UniqueFd> fds) override {
+    if (d.kind != ArenaKind::kHost) {
+      return absl::FailedPreconditionError("the source pool is not a host pool, this one is");
+    }
+    ASSIGN_OR_RETURN(HostArenaMapping mapping, HostArenaMapping::Map(d.chunk_bytes, std::move(fds)));
+    return std::unique_ptr<SourceMapping>(new HostSource(std::move(mapping)));
+  }
 
  private:
   HostArenaMapping mapping_;
@@ -32,19 +57,104 @@ class HostAttachment : public Attachment {
 #if KVP_HAVE_CUDA
 class CudaAttachment : public Attachment {
  public:
-  CudaAttachment(CudaArenaMapping mapping, std::unique_ptr<CudaExecutor> executor)
-      : mapping_(std::move(mapping)), executor_(std::move(executor)) {}
-  ~CudaAttachment() override { executor_.reset(); }  // the stream drains before the unmap
+  CudaAttachment(CudaArenaMapping mapping, std::unique_ptr<CudaExecutor> executor, int device,
+                 const JobContext& ctx, uint64_t epoch, int64_t block_stride)
+      : Attachment(ctx, epoch, block_stride),
+        mapping_(std::move(mapping)),
+        executor_(std::move(executor)),
+        device_(device) {}
+  ~CudaAttachment() override { executor_.reset(); }  // the stream drains before the unmaps
   Executor& executor() override { return *executor_; }
   const char* backend_name() const override { return "cuda"; }
+
+ protected:
+  class CudaSource : public SourceMapping {
+   public:
+    explicit CudaSource(CudaArenaMapping mapping) : mapping_(std::move(mapping)) {}
+    const uint8_t* base() const override { return mapping_.base(); }
+
+   private:
+    CudaArenaMapping mapping_;
+  };
+  // Mapped for this worker's GPU: the same GPU, or a peer whose memory it can read.
+  absl::StatusOr<std::unique_ptr<SourceMapping>> MapSource(const ArenaDescription& d,
+                                                           std::vector<UniqueFd> fds) override {
+    if (d.kind != ArenaKind::kCuda) {
+      return absl::FailedPreconditionError("the source pool is not a cuda pool, this one is");
+    }
+    if (d.device != device_) {
+      const std::vector<int32_t> peers = PeerGpusOf(device_);
+      if (std::find(peers.begin(), peers.end(), d.device) == peers.end()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "GPU ", device_, " has no peer access to GPU ", d.device, ", the source pool's"));
+      }
+    }
+    ASSIGN_OR_RETURN(CudaArenaMapping mapping,
+                     CudaArenaMapping::Map(device_, d.chunk_bytes, std::move(fds)));
+    return std::unique_ptr<SourceMapping>(new CudaSource(std::move(mapping)));
+  }
 
  private:
   CudaArenaMapping mapping_;
   std::unique_ptr<CudaExecutor> executor_;
+  int device_;
 };
 #endif
 
 }  // namespace
+
+absl::StatusOr<const Attachment::Source*> Attachment::SourceFor(const MigrateWork& work) {
+  if (auto it = sources_.find(work.source_channel); it != sources_.end()) return &it->second;
+  ASSIGN_OR_RETURN(FdPeer peer, ConnectFdChannel(work.source_channel));
+  ASSIGN_OR_RETURN(auto received, peer.ReceiveArena(kAttachTimeoutMs));
+  auto& [description, fds] = received;
+  if (description.epoch != epoch_) {
+    return absl::AbortedError(absl::StrCat("pool ", work.source_pool, "'s arena is of epoch ",
+                                           description.epoch, ", not this kvpoold's (", epoch_,
+                                           ")"));
+  }
+  if (!(description.spec == ctx_.spec)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("pool ", work.source_pool, " has another layout than this worker's pool"));
+  }
+  const uint64_t needed = static_cast<uint64_t>(description.num_blocks) * block_stride_;
+  if (description.total_bytes() < needed) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "pool ", work.source_pool, "'s arena of ", description.total_bytes(),
+        " bytes cannot hold its ", description.num_blocks, " blocks"));
+  }
+  const int64_t num_blocks = description.num_blocks;
+  ASSIGN_OR_RETURN(std::unique_ptr<SourceMapping> mapping,
+                   MapSource(description, std::move(fds)));
+  Source& source = sources_[work.source_channel];
+  source.mapping = std::move(mapping);
+  source.num_blocks = num_blocks;
+  return &source;
+}
+
+absl::StatusOr<uint64_t> Attachment::PullBlocks(const MigrateWork& work) {
+  ASSIGN_OR_RETURN(const Source* source, SourceFor(work));
+  RETURN_IF_ERROR(executor().MoveBlocksFrom(source->mapping->base(), source->num_blocks,
+                                            work.moves));
+  return static_cast<uint64_t>(work.moves.size()) * static_cast<uint64_t>(block_stride_);
+}
+
+std::vector<int32_t> PeerGpusOf(int device) {
+  std::vector<int32_t> peers;
+#if KVP_HAVE_CUDA
+  int count = 0;
+  if (device < 0 || cudaGetDeviceCount(&count) != cudaSuccess) return peers;
+  for (int other = 0; other < count; ++other) {
+    int can = 0;
+    if (other != device && cudaDeviceCanAccessPeer(&can, device, other) == cudaSuccess && can) {
+      peers.push_back(other);
+    }
+  }
+#else
+  (void)device;
+#endif
+  return peers;
+}
 
 absl::StatusOr<Backend> ParseBackend(const std::string& name) {
   if (name == "auto") return Backend::kAuto;
@@ -86,7 +196,8 @@ absl::StatusOr<std::unique_ptr<Attachment>> Attach(const std::string& path, Back
     }
     ASSIGN_OR_RETURN(HostArenaMapping mapping,
                      HostArenaMapping::Map(description.chunk_bytes, std::move(fds)));
-    return std::unique_ptr<Attachment>(new HostAttachment(std::move(mapping), std::move(layout), ctx));
+    return std::unique_ptr<Attachment>(
+        new HostAttachment(std::move(mapping), std::move(layout), ctx, epoch));
   }
   if (backend == Backend::kHost) {
     return absl::FailedPreconditionError(
@@ -96,9 +207,11 @@ absl::StatusOr<std::unique_ptr<Attachment>> Attach(const std::string& path, Back
   const int device = gpu >= 0 ? gpu : description.device;
   ASSIGN_OR_RETURN(CudaArenaMapping mapping,
                    CudaArenaMapping::Map(device, description.chunk_bytes, std::move(fds)));
+  const int64_t stride = layout.block_stride();
   ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutor> executor,
                    CudaExecutor::Create(std::move(layout), mapping.base(), ctx, device));
-  return std::unique_ptr<Attachment>(new CudaAttachment(std::move(mapping), std::move(executor)));
+  return std::unique_ptr<Attachment>(new CudaAttachment(std::move(mapping), std::move(executor),
+                                                        device, ctx, epoch, stride));
 #else
   (void)gpu;
   return absl::FailedPreconditionError("kvpoold serves a cuda arena; this build has no CUDA");

@@ -1,16 +1,25 @@
 // A worker's view of kvpoold's arena: the fds fetched over the fd channel, mapped (host memory or
-// GPU memory), and the executor that runs jobs on them. Dropping it unmaps everything.
+// GPU memory), and the executor that runs jobs on them; for migrations into its pool, the other
+// pools' arenas it pulls from, mapped on first use and kept while the attachment lasts. Dropping
+// it unmaps everything.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "kvpool/arena/arena_description.h"
+#include "kvpool/arena/unique_fd.h"
 
 #include "absl/status/statusor.h"
 #include "kvpool/format/op_capabilities.h"
 #include "protocol/kvpool.capnp.h"
 #include "worker/executor.h"
 #include "worker/job.h"
+#include "worker/migration.h"
 
 namespace kvp {
 
@@ -23,6 +32,37 @@ class Attachment {
   virtual ~Attachment() = default;
   virtual Executor& executor() = 0;
   virtual const char* backend_name() const = 0;
+
+  // Copies a migration's blocks from the source pool's arena into this one; the bytes copied.
+  // ABORTED when the source is not a pool of this kvpoold instance (it restarted);
+  // FAILED_PRECONDITION when this worker cannot map it (a cuda arena on a GPU without peer
+  // access, or another layout).
+  absl::StatusOr<uint64_t> PullBlocks(const MigrateWork& work);
+
+ protected:
+  Attachment(const JobContext& ctx, uint64_t epoch, int64_t block_stride)
+      : ctx_(ctx), epoch_(epoch), block_stride_(block_stride) {}
+
+  // Another pool's arena mapped for reading by this worker's backend.
+  class SourceMapping {
+   public:
+    virtual ~SourceMapping() = default;
+    virtual const uint8_t* base() const = 0;
+  };
+  virtual absl::StatusOr<std::unique_ptr<SourceMapping>> MapSource(
+      const ArenaDescription& description, std::vector<UniqueFd> fds) = 0;
+
+ private:
+  struct Source {
+    std::unique_ptr<SourceMapping> mapping;
+    int64_t num_blocks = 0;
+  };
+  absl::StatusOr<const Source*> SourceFor(const MigrateWork& work);
+
+  JobContext ctx_;
+  uint64_t epoch_;
+  int64_t block_stride_;
+  absl::flat_hash_map<std::string, Source> sources_;  // by fd channel
 };
 
 // Connects to the fd channel at `path`, receives the arena and maps it. ABORTED when the arena is
@@ -40,5 +80,8 @@ struct WorkerServes {
   std::optional<OpCapabilities> host, cuda;
 };
 WorkerServes ServedFor(Backend backend, wire::Role role);
+
+// The GPUs whose memory `device` can read (peer access), for registration; empty without CUDA.
+std::vector<int32_t> PeerGpusOf(int device);
 
 }  // namespace kvp

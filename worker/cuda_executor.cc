@@ -6,7 +6,9 @@
 #include "kernels/common/cuda_status.h"
 #include "kernels/synthetic/synthetic_model.h"
 #include "kvpool/format/indexer_quant.h"
+#include "kernels/block_copy/block_copy_ref.h"
 #include "worker/job_inputs.h"
+#include "worker/migration.h"
 
 namespace kvp {
 
@@ -60,6 +62,37 @@ absl::Status CudaExecutor::Copy(const std::vector<BlockCopyPair>& copies) {
     KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base_ + to * stride, base_ + from * stride, stride,
                                              cudaMemcpyDeviceToDevice, stream_));
   }
+  return absl::OkStatus();
+}
+
+absl::Status CudaExecutor::MoveBlocksFrom(const uint8_t* source, int64_t source_blocks,
+                                          const std::vector<BlockCopyPair>& moves) {
+  // Past this many runs a table counts as fragmented: one kernel launch beats a copy per run.
+  constexpr size_t kMaxCopyEngineRuns = 8;
+  std::vector<int32_t> from, to;
+  for (const auto& [s, t] : moves) {
+    from.push_back(s);
+    to.push_back(t);
+  }
+  BlockMoveParams p{.source = source, .num_source_blocks = source_blocks, .target = base_,
+                    .num_target_blocks = ctx_.num_blocks, .block_stride = layout_.block_stride(),
+                    .source_ids = from.data(), .target_ids = to.data(),
+                    .num_blocks = static_cast<int32_t>(moves.size())};
+  RETURN_IF_ERROR(ValidateBlockMove(p));
+  const std::vector<BlockRun> runs = CoalesceRuns(moves);
+  if (runs.size() <= kMaxCopyEngineRuns) {
+    const int64_t stride = p.block_stride;
+    for (const BlockRun& run : runs) {
+      KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(base_ + run.target * stride,
+                                               source + run.source * stride, run.count * stride,
+                                               cudaMemcpyDeviceToDevice, stream_));
+    }
+  } else {
+    ASSIGN_OR_RETURN(p.source_ids, Upload(from, move_from_));
+    ASSIGN_OR_RETURN(p.target_ids, Upload(to, move_to_));
+    RETURN_IF_ERROR(MoveBlocksCuda(p, stream_));
+  }
+  KVP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return absl::OkStatus();
 }
 

@@ -24,6 +24,11 @@ class CudaExecutor : public Executor {
 
   absl::Status Prefill(const PrefillWork& work) override;
   absl::StatusOr<std::vector<DecodeStepResult>> Decode(const DecodeWork& work) override;
+  // `source` is a device address this GPU can read (the same GPU, or a peer's mapped here). Few
+  // runs of consecutive blocks go as copy-engine copies, one per run; a fragmented table as one
+  // launch of the block move kernel.
+  absl::Status MoveBlocksFrom(const uint8_t* source, int64_t source_blocks,
+                              const std::vector<BlockCopyPair>& moves) override;
 
  private:
   CudaExecutor(BlockLayout layout, uint8_t* base, JobContext ctx, cudaStream_t stream);
@@ -58,7 +63,7 @@ class CudaExecutor : public Executor {
   // Device scratch, grown to the largest job and reused.
   CudaWorkspace kernel_ws_, tokens_, positions_, slots_, tables_, lens_, k_, v_, index_k_, q_,
       index_q_, weights_, seeds_, needle_pos_, needle_tok_, needle_gain_, logits_, indices_, out_,
-      topk_;
+      topk_, move_from_, move_to_;
   // Host staging of client tensors, reused across layers and jobs.
   TokenInputs host_tokens_;
   QueryInputs host_queries_;

@@ -4,12 +4,14 @@
 #include <cstring>
 
 #include "base/status_macros.h"
+#include "kernels/block_copy/block_copy_ref.h"
 #include "kernels/cache_write/cache_write_ref.h"
 #include "kernels/indexer_logits/indexer_logits_ref.h"
 #include "kernels/paged_decode/paged_decode_ref.h"
 #include "kernels/sparse_decode/sparse_decode_ref.h"
 #include "kernels/topk/topk_ref.h"
 #include "worker/job_inputs.h"
+#include "worker/migration.h"
 
 namespace kvp {
 
@@ -21,6 +23,25 @@ void HostExecutor::Copy(const std::vector<BlockCopyPair>& copies) {
   for (const auto& [from, to] : copies) {
     std::memcpy(base_ + to * stride, base_ + from * stride, stride);
   }
+}
+
+absl::Status HostExecutor::MoveBlocksFrom(const uint8_t* source, int64_t source_blocks,
+                                          const std::vector<BlockCopyPair>& moves) {
+  std::vector<int32_t> from, to;
+  for (const auto& [s, t] : moves) {
+    from.push_back(s);
+    to.push_back(t);
+  }
+  const int64_t stride = layout_.block_stride();
+  RETURN_IF_ERROR(ValidateBlockMove({.source = source, .num_source_blocks = source_blocks,
+                                     .target = base_, .num_target_blocks = ctx_.num_blocks,
+                                     .block_stride = stride, .source_ids = from.data(),
+                                     .target_ids = to.data(),
+                                     .num_blocks = static_cast<int32_t>(moves.size())}));
+  for (const BlockRun& run : CoalesceRuns(moves)) {
+    std::memcpy(base_ + run.target * stride, source + run.source * stride, run.count * stride);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status HostExecutor::Prefill(const PrefillWork& work) {

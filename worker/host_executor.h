@@ -15,6 +15,8 @@ class HostExecutor : public Executor {
 
   absl::Status Prefill(const PrefillWork& work) override;
   absl::StatusOr<std::vector<DecodeStepResult>> Decode(const DecodeWork& work) override;
+  absl::Status MoveBlocksFrom(const uint8_t* source, int64_t source_blocks,
+                              const std::vector<BlockCopyPair>& moves) override;
 
  private:
   void Copy(const std::vector<BlockCopyPair>& copies);

@@ -1,4 +1,5 @@
-// kvpool-worker: executes prefill or decode jobs for kvpoold on one GPU (or the host backend).
+// kvpool-worker: executes prefill or decode jobs for one of kvpoold's pools on one GPU (or the
+// host backend), and the migrations into that pool.
 #include <signal.h>
 #include <spdlog/spdlog.h>
 
@@ -15,6 +16,8 @@
 
 ABSL_FLAG(std::string, role, "decode", "prefill or decode");
 ABSL_FLAG(int, gpu, -1, "GPU to run on; -1: the arena's GPU");
+ABSL_FLAG(int, pool, -1,
+          "kvpoold pool to serve (kvpoold --pools, --gpus); -1: the pool on --gpu, or pool 0");
 ABSL_FLAG(std::string, backend, "auto", "auto (follow kvpoold's arena), cuda or host");
 ABSL_FLAG(std::string, runtime_dir, "", "kvpoold's runtime directory (see kvpoold --help)");
 ABSL_FLAG(std::string, endpoint, "", "kvpoold's endpoint; default ipc://<runtime_dir>/kvpoold.sock");
@@ -46,6 +49,7 @@ int main(int argc, char** argv) {
   }
   options.role = role == "prefill" ? kvp::wire::Role::PREFILL : kvp::wire::Role::DECODE;
   options.gpu = absl::GetFlag(FLAGS_gpu);
+  options.pool = absl::GetFlag(FLAGS_pool);
   absl::StatusOr<kvp::Backend> backend = kvp::ParseBackend(absl::GetFlag(FLAGS_backend));
   if (!backend.ok()) {
     spdlog::error("{}", backend.status().ToString());

@@ -11,6 +11,7 @@
 #include "protocol/capabilities_codec.h"
 #include "protocol/dealer.h"
 #include "protocol/guard.h"
+#include "protocol/lists.h"
 #include "protocol/spec_codec.h"
 #include "protocol/status_codec.h"
 
@@ -24,6 +25,7 @@ const char* RoleName(wire::Role role) { return role == wire::Role::PREFILL ? "pr
 struct Session {
   uint64_t lease = 0;
   uint64_t epoch = 0;
+  uint32_t pool = 0;
   JobContext ctx;
   std::string fd_channel;
   int heartbeat_ms = 1000;
@@ -35,12 +37,15 @@ absl::StatusOr<Session> Register(Dealer& dealer, const WorkerOptions& options) {
   auto r = request.envelope().getBody().initRegister();
   r.setRole(options.role);
   r.setGpu(options.gpu);
+  r.setPool(options.pool);
   r.setPid(static_cast<uint32_t>(::getpid()));
   auto caps = r.initCapabilities();
   const WorkerServes serves = ServedFor(options.backend, options.role);
   caps.setCuda(serves.cuda.has_value());
   if (serves.host.has_value()) ServedToWire(*serves.host, caps.initHostArena());
   if (serves.cuda.has_value()) ServedToWire(*serves.cuda, caps.initCudaArena());
+  const std::vector<int32_t> peers = PeerGpusOf(options.gpu);
+  FillList(r.initPeerGpus(static_cast<unsigned>(peers.size())), peers);
   ASSIGN_OR_RETURN(auto reply, dealer.Call(request, options.register_timeout_ms));
   const auto body = reply->envelope().getBody();
   if (!body.isRegisterReply()) return absl::InternalError("kvpoold answered Register oddly");
@@ -48,6 +53,7 @@ absl::StatusOr<Session> Register(Dealer& dealer, const WorkerOptions& options) {
   Session s;
   s.lease = rr.getLease();
   s.epoch = rr.getEpoch();
+  s.pool = rr.getPool();
   ASSIGN_OR_RETURN(s.ctx.spec, PoolSpecFromWire(rr.getSpec()));
   s.ctx.num_blocks = static_cast<int64_t>(rr.getNumBlocks());
   s.ctx.model = ModelConfigFromWire(rr.getModel());
@@ -87,14 +93,21 @@ void Heartbeats(zmq::context_t& context, const std::string& endpoint, const Sess
   }
 }
 
+uint64_t JobIdOf(wire::Envelope::Body::Reader body) {
+  if (body.isPrefillJob()) return body.getPrefillJob().getJob();
+  if (body.isMigrateJob()) return body.getMigrateJob().getJob();
+  return body.getDecodeJob().getJob();
+}
+
 // Executes one job message; the report to send back.
 EnvelopeBuilder Execute(const ParsedEnvelope& message, Clock::time_point received,
-                        const JobContext& ctx, BlockTableCache& tables, Executor& executor) {
+                        const JobContext& ctx, BlockTableCache& tables, Attachment& attachment) {
   const auto body = message.envelope().getBody();
-  const uint64_t job =
-      body.isPrefillJob() ? body.getPrefillJob().getJob() : body.getDecodeJob().getJob();
+  const uint64_t job = JobIdOf(body);
+  Executor& executor = attachment.executor();
   EnvelopeBuilder report(message.request_id());
   std::vector<DecodeStepResult> results;
+  uint64_t bytes = 0;
   // The execution time reported starts after the job is decoded and checked: that part belongs
   // to the service's overhead, not to the kernels.
   Clock::time_point start = Clock::now();
@@ -103,6 +116,12 @@ EnvelopeBuilder Execute(const ParsedEnvelope& message, Clock::time_point receive
       ASSIGN_OR_RETURN(const PrefillWork work, PrefillWorkFromWire(body.getPrefillJob(), ctx));
       start = Clock::now();
       return executor.Prefill(work);
+    }
+    if (body.isMigrateJob()) {
+      ASSIGN_OR_RETURN(const MigrateWork work, MigrateWorkFromWire(body.getMigrateJob(), ctx));
+      start = Clock::now();
+      ASSIGN_OR_RETURN(bytes, attachment.PullBlocks(work));
+      return absl::OkStatus();
     }
     absl::StatusOr<DecodeWork> work = DecodeWorkFromWire(body.getDecodeJob(), ctx, tables);
     if (absl::IsAborted(work.status())) tables.clear();  // kvpoold resends whole tables
@@ -124,6 +143,7 @@ EnvelopeBuilder Execute(const ParsedEnvelope& message, Clock::time_point receive
   auto done = report.envelope().getBody().initJobDone();
   done.setJob(job);
   done.setExecMicros(static_cast<uint64_t>(micros));
+  done.setBytes(bytes);
   DecodeResultsToWire(results, static_cast<uint32_t>(ctx.model.num_q_heads),
                       static_cast<uint32_t>(ctx.spec.head_dim), done.initOutputs(results.size()));
   done.setHandleMicros(static_cast<uint64_t>(
@@ -162,8 +182,9 @@ absl::Status WorkerLoop::Run(const std::atomic<bool>& stop) {
       spdlog::warn("attach failed, registering again: {}", attachment.status().ToString());
       continue;
     }
-    spdlog::info("registered: role={} lease={} backend={} blocks={} {}", role, session->lease,
-                 (*attachment)->backend_name(), session->ctx.num_blocks,
+    spdlog::info("registered: role={} pool={} lease={} backend={} blocks={} {}", role,
+                 session->pool, session->lease, (*attachment)->backend_name(),
+                 session->ctx.num_blocks,
                  session->ctx.spec.DebugString());
     // Jobs are checked against this pool's shape before any field is read.
     WireLimits limits;
@@ -189,9 +210,9 @@ absl::Status WorkerLoop::Run(const std::atomic<bool>& stop) {
         continue;
       }
       const auto body = (*message)->envelope().getBody();
-      if (body.isPrefillJob() || body.isDecodeJob()) {
+      if (body.isPrefillJob() || body.isDecodeJob() || body.isMigrateJob()) {
         const EnvelopeBuilder report =
-            Execute(**message, received, session->ctx, tables, (*attachment)->executor());
+            Execute(**message, received, session->ctx, tables, **attachment);
         if (absl::Status s = dealer.Send(report); !s.ok()) {
           spdlog::warn("could not report job: {}", s.ToString());
         }

@@ -16,7 +16,8 @@ namespace kvp {
 struct WorkerOptions {
   std::string endpoint;
   wire::Role role = wire::Role::DECODE;
-  int gpu = -1;  // -1: the arena's own GPU
+  int gpu = -1;   // -1: the arena's own GPU
+  int pool = -1;  // the pool it serves; -1: the one on its gpu, or pool 0
   Backend backend = Backend::kAuto;
   int register_timeout_ms = 1000;
 };

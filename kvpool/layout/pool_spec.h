@@ -31,6 +31,8 @@ struct PoolSpec {
 
   // One line for logs: "layers=4 kv_heads=8 head_dim=128 block=64 k=fp8_e4m3 v=turbo3 ...".
   std::string DebugString() const;
+
+  friend bool operator==(const PoolSpec&, const PoolSpec&) = default;
 };
 
 // INVALID_ARGUMENT naming the first field out of range; UNIMPLEMENTED for a format in a role it

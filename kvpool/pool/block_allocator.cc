@@ -194,6 +194,11 @@ int64_t BlockAllocator::ReleaseLease(LeaseId lease) {
   return dropped;
 }
 
+std::optional<PrefixKey> BlockAllocator::PrefixOf(BlockId block) const {
+  if (block < 0 || block >= num_blocks() || !blocks_[block].indexed) return std::nullopt;
+  return blocks_[block].prefix;
+}
+
 bool BlockAllocator::IsCommitted(BlockId block) const {
   if (block < 0 || block >= num_blocks()) return false;
   const State s = blocks_[block].state;

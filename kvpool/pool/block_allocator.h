@@ -93,6 +93,10 @@ class BlockAllocator {
   // Distinct blocks `lease` holds a reservation or a reference on.
   int64_t HeldBy(LeaseId lease) const;
 
+  // The key `block` is indexed under, if it is in the prefix index: what a copy of it elsewhere
+  // may be found by.
+  std::optional<PrefixKey> PrefixOf(BlockId block) const;
+
   bool IsCommitted(BlockId block) const;
   int32_t RefCount(BlockId block) const;
   PoolCounts counts() const { return counts_; }

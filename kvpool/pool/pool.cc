@@ -7,9 +7,7 @@
 
 namespace kvp {
 
-absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(const PoolSpec& spec, uint64_t arena_bytes,
-                                                   const Clock* clock,
-                                                   int64_t lease_expiry_micros) {
+absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(const PoolSpec& spec, uint64_t arena_bytes) {
   ASSIGN_OR_RETURN(BlockLayout layout, BlockLayout::Create(spec));
   const uint64_t blocks = arena_bytes / static_cast<uint64_t>(layout.block_stride());
   if (blocks == 0 || blocks > static_cast<uint64_t>(INT32_MAX)) {
@@ -17,30 +15,15 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(const PoolSpec& spec, uint64_
                                                    blocks, " blocks of ", layout.block_stride(),
                                                    " bytes; need 1 to 2^31 - 1"));
   }
-  if (lease_expiry_micros <= 0) {
-    return absl::InvalidArgumentError("the lease expiry must be positive");
-  }
-  return std::unique_ptr<Pool>(
-      new Pool(std::move(layout), static_cast<int32_t>(blocks), clock, lease_expiry_micros));
+  return std::unique_ptr<Pool>(new Pool(std::move(layout), static_cast<int32_t>(blocks)));
 }
 
-Pool::Pool(BlockLayout layout, int32_t num_blocks, const Clock* clock, int64_t lease_expiry_micros)
+Pool::Pool(BlockLayout layout, int32_t num_blocks)
     : layout_(std::move(layout)),
       blocks_(num_blocks),
-      sequences_(&blocks_, layout_.spec().block_size),
-      leases_(clock, lease_expiry_micros) {}
+      sequences_(&blocks_, layout_.spec().block_size) {}
 
-std::vector<LeaseId> Pool::ReapExpiredLeases() {
-  std::vector<LeaseId> expired = leases_.Expire();
-  for (LeaseId lease : expired) {
-    sequences_.ForgetLease(lease);
-    blocks_.ReleaseLease(lease);
-  }
-  return expired;
-}
-
-void Pool::EndLease(LeaseId lease) {
-  leases_.Revoke(lease);
+void Pool::ForgetLease(LeaseId lease) {
   sequences_.ForgetLease(lease);
   blocks_.ReleaseLease(lease);
 }

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kvpool/layout/layer_cache.h"
@@ -105,6 +106,77 @@ absl::StatusOr<AppendPlan> SequenceTable::Append(SeqId seq, LeaseId lease,
   return s.pending.plan;
 }
 
+absl::StatusOr<SequenceImage> SequenceTable::Image(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
+  const Sequence& s = it->second;
+  if (s.has_pending) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", seq, " has an append that is neither committed nor aborted"));
+  }
+  SequenceImage image{.scope = s.scope,
+                      .length = s.length,
+                      .full_hash = s.full_hash,
+                      .tail = s.tail,
+                      .tail_digests = s.tail_digests,
+                      .blocks = s.blocks,
+                      .keys = {}};
+  image.keys.reserve(s.blocks.size());
+  for (BlockId b : s.blocks) image.keys.push_back(allocator_->PrefixOf(b));
+  return image;
+}
+
+absl::StatusOr<std::vector<BlockMove>> SequenceTable::Import(SeqId seq, LeaseId lease,
+                                                             SequenceImage image) {
+  if (seqs_.contains(seq)) {
+    return absl::AlreadyExistsError(absl::StrCat("sequence ", seq, " is in this pool already"));
+  }
+  if (image.keys.size() != image.blocks.size()) {
+    return absl::InvalidArgumentError("an image needs one (optional) key per block");
+  }
+  std::vector<BlockId> table(image.blocks.size(), -1);
+  std::vector<BlockId> hits;
+  for (size_t i = 0; i < image.blocks.size(); ++i) {
+    if (!image.keys[i].has_value()) continue;
+    const std::optional<BlockId> hit = allocator_->FindPrefix(*image.keys[i]);
+    if (!hit.has_value()) continue;
+    if (absl::Status ref = allocator_->AddRef(lease, *hit); !ref.ok()) {
+      for (BlockId b : hits) allocator_->Release(lease, b).IgnoreError();
+      return ref;
+    }
+    hits.push_back(*hit);
+    table[i] = *hit;
+  }
+  const int misses = static_cast<int>(image.blocks.size() - hits.size());
+  absl::StatusOr<std::vector<BlockId>> reserved = allocator_->Reserve(lease, misses);
+  if (!reserved.ok()) {
+    for (BlockId b : hits) allocator_->Release(lease, b).IgnoreError();
+    return reserved.status();
+  }
+  std::vector<BlockMove> moves;
+  moves.reserve(misses);
+  for (size_t i = 0, next = 0; i < table.size(); ++i) {
+    if (table[i] >= 0) continue;
+    table[i] = (*reserved)[next++];
+    moves.push_back({.source = image.blocks[i], .target = table[i]});
+  }
+  Sequence& s = seqs_[seq];
+  s.owner = lease;
+  s.scope = image.scope;
+  s.full_hash = image.scope.root;
+  s.blocks = std::move(table);
+  s.has_pending = true;
+  s.pending.plan.reserved = *std::move(reserved);
+  s.pending.hit_blocks = std::move(hits);
+  s.pending.import = std::move(image);
+  return moves;
+}
+
+bool SequenceTable::Importing(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  return it != seqs_.end() && it->second.has_pending && it->second.pending.import.has_value();
+}
+
 absl::Status SequenceTable::Commit(SeqId seq) {
   ASSIGN_OR_RETURN(Sequence * s, Find(seq));
   if (!s->has_pending) {
@@ -112,6 +184,21 @@ absl::Status SequenceTable::Commit(SeqId seq) {
   }
   Pending& p = s->pending;
   const LeaseId lease = s->owner;
+  if (p.import.has_value()) {
+    SequenceImage& image = *p.import;
+    const absl::flat_hash_set<BlockId> reserved(p.plan.reserved.begin(), p.plan.reserved.end());
+    for (size_t i = 0; i < s->blocks.size(); ++i) {
+      const BlockId b = s->blocks[i];
+      if (reserved.contains(b)) RETURN_IF_ERROR(allocator_->Commit(lease, b, std::move(image.keys[i])));
+    }
+    s->length = image.length;
+    s->full_hash = image.full_hash;
+    s->tail = std::move(image.tail);
+    s->tail_digests = std::move(image.tail_digests);
+    s->has_pending = false;
+    s->pending = Pending();
+    return absl::OkStatus();
+  }
   // Walk the appended tokens block by block, extending the prefix chain; a block that fills up
   // gets its key, whether it was reserved now or written into before. Only blocks from the one
   // holding the old end onward can change, so the work is proportional to the append.
@@ -239,6 +326,13 @@ absl::Status SequenceTable::CheckAgainst(const BlockAllocator& allocator) const 
 int64_t SequenceTable::ForgetLease(LeaseId lease) {
   return static_cast<int64_t>(
       absl::erase_if(seqs_, [lease](const auto& entry) { return entry.second.owner == lease; }));
+}
+
+std::vector<SeqId> SequenceTable::Ids() const {
+  std::vector<SeqId> ids;
+  ids.reserve(seqs_.size());
+  for (const auto& [id, s] : seqs_) ids.push_back(id);
+  return ids;
 }
 
 absl::StatusOr<int64_t> SequenceTable::Length(SeqId seq) const {

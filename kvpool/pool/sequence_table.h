@@ -41,6 +41,27 @@ struct AppendPlan {
   std::vector<std::pair<BlockId, BlockId>> copies;
 };
 
+// A committed sequence apart from its pool: what rebuilding it in another pool of the same spec
+// needs (a migration, docs/design.md §6).
+struct SequenceImage {
+  SharingScope scope;
+  int64_t length = 0;
+  uint64_t full_hash = 0;                 // chain hash of the last full block
+  std::vector<int32_t> tail;              // tokens of the partial last block
+  std::vector<TokenDigest> tail_digests;  // and their digests
+  std::vector<BlockId> blocks;            // in the source pool
+  // Per block: the key it is indexed under in the source pool, if any; the destination indexes
+  // it the same way, and takes a block it already holds under that key instead of a copy.
+  std::vector<std::optional<PrefixKey>> keys;
+};
+
+// The block copies an import needs: image.blocks[i] of the source pool onto `target`.
+struct BlockMove {
+  BlockId source = 0;
+  BlockId target = 0;
+  friend bool operator==(const BlockMove&, const BlockMove&) = default;
+};
+
 class SequenceTable {
  public:
   // REQUIRES: allocator outlives the table; block_size > 0.
@@ -66,6 +87,19 @@ class SequenceTable {
   // `src` has a pending append; ALREADY_EXISTS for an existing `dst`.
   absl::Status Fork(SeqId src, SeqId dst, LeaseId lease);
 
+  // The committed state of `seq`, for Import elsewhere. FAILED_PRECONDITION while it has a
+  // pending append (or is being imported).
+  absl::StatusOr<SequenceImage> Image(SeqId seq) const;
+
+  // Plans rebuilding `image` here as `seq`, owned by `lease`: blocks this pool holds under the
+  // image's keys are referenced, a block is reserved for each other one. Commit makes it
+  // readable as the image says; Abort drops it. Until then it is pending, like an append.
+  // ALREADY_EXISTS when `seq` is here; RESOURCE_EXHAUSTED (nothing changes) when it does not fit.
+  absl::StatusOr<std::vector<BlockMove>> Import(SeqId seq, LeaseId lease, SequenceImage image);
+
+  // True while `seq` is an Import that is neither committed nor aborted.
+  bool Importing(SeqId seq) const;
+
   // Drops the sequence (a pending append is aborted) and its references.
   absl::Status Release(SeqId seq);
 
@@ -81,6 +115,8 @@ class SequenceTable {
   // True while an append is planned but neither committed nor aborted.
   absl::StatusOr<bool> HasPending(SeqId seq) const;
   bool Contains(SeqId seq) const { return seqs_.contains(seq); }
+  // Every sequence here, imports in flight included; in no particular order.
+  std::vector<SeqId> Ids() const;
 
   // OK when the allocator's holdings are exactly what the tables say: each lease reserves its
   // pending appends' new blocks and references its sequences' other blocks (once per sequence),
@@ -98,6 +134,7 @@ class SequenceTable {
     std::vector<TokenDigest> digests;  // one per token; empty: all synthetic
     AppendPlan plan;
     std::vector<BlockId> hit_blocks;  // blocks referenced by prefix hits
+    std::optional<SequenceImage> import;  // an Import: what Commit makes the sequence
   };
   struct Sequence {
     LeaseId owner = 0;

@@ -1,8 +1,9 @@
 // Fuzz target: random sequences of well-formed requests from several clients and workers into
 // kvpoold's broker (prefill with and without tensors, decode, engine append/commit/abort, fork,
-// release, heartbeats, worker register/done/failed, the clock running out leases), checking the
-// pool's invariants after every step: no block lost, none owned twice, reference counts equal to
-// the sequence tables, every message kvpoold sends well formed.
+// release, migrations between two pools, heartbeats, worker register/done/failed, the clock
+// running out leases), checking the pools' invariants after every step: no block lost, none owned
+// twice, reference counts equal to the sequence tables, one home per sequence, every message
+// kvpoold sends well formed.
 #include <deque>
 #include <map>
 
@@ -17,9 +18,12 @@ namespace kvp::fuzz {
 namespace {
 
 constexpr const char* kClients[] = {"ipc/c0", "ipc/c1", "tcp/c2"};
-constexpr const char* kWorkers[] = {"ipc/prefill-0", "ipc/decode-0", "ipc/prefill-1"};
+constexpr int kNumWorkers = 4;
+constexpr const char* kWorkers[] = {"ipc/prefill-0", "ipc/decode-0", "ipc/prefill-1",
+                                    "ipc/decode-1"};
 constexpr wire::Role kWorkerRoles[] = {wire::Role::PREFILL, wire::Role::DECODE,
-                                       wire::Role::PREFILL};
+                                       wire::Role::PREFILL, wire::Role::DECODE};
+constexpr int32_t kWorkerPools[] = {0, 0, 1, 1};
 constexpr const char* kNamespaces[] = {"", "tenant-a"};
 
 struct PendingJob {
@@ -36,7 +40,7 @@ class Driver {
     const std::string client = kClients[in_.Below(3)];
     const uint64_t seq = in_.Below(6);
     uint64_t id = next_id_++;
-    switch (in_.Below(13)) {
+    switch (in_.Below(14)) {
       case 0:
         Deliver(client, Prefill(id, seq));
         break;
@@ -83,8 +87,8 @@ class Driver {
         break;
       }
       case 8: {
-        const int w = static_cast<int>(in_.Below(3));
-        Collect(service_.Register(kWorkers[w], kWorkerRoles[w]));
+        const int w = static_cast<int>(in_.Below(kNumWorkers));
+        Collect(service_.Register(kWorkers[w], kWorkerRoles[w], kWorkerPools[w]));
         break;
       }
       case 9:
@@ -94,8 +98,16 @@ class Driver {
       case 11:
         Collect(service_.Tick(static_cast<int64_t>(in_.Below(8)) * 500'000));
         break;
+      case 13: {  // to pool 0, 1, or one that does not exist
+        EnvelopeBuilder m(id);
+        auto r = m.envelope().getBody().initMigrate();
+        r.setSequence(seq);
+        r.setToPool(in_.Below(3));
+        Deliver(client, m);
+        break;
+      }
       case 12: {  // a worker's heartbeat keeps it alive while the clock runs
-        const int w = static_cast<int>(in_.Below(3));
+        const int w = static_cast<int>(in_.Below(kNumWorkers));
         if (auto it = leases_.find(kWorkers[w]); it != leases_.end()) {
           EnvelopeBuilder m(id);
           auto h = m.envelope().getBody().initHeartbeat();
@@ -115,7 +127,7 @@ class Driver {
     // Jobs still in flight keep their blocks until they end: end them all.
     while (!jobs_.empty()) Report(true);
     Collect(service_.Tick(60'000'000));
-    const PoolCounts c = service_.pool().blocks().counts();
+    const PoolCounts c = service_.pools().counts();
     if (c.reserved != 0 || c.used != 0) {
       CheckOrDie(absl::InternalError(absl::StrCat(c.reserved, " reserved and ", c.used,
                                                   " used blocks after every lease ended")),
@@ -130,6 +142,8 @@ class Driver {
     EnvelopeBuilder m = SyntheticPrefill(id, seq, tokens, first);
     auto p = m.envelope().getBody().getPrefill();
     p.setCacheNamespace(kNamespaces[in_.Below(2)]);
+    p.setPool(static_cast<int32_t>(in_.Below(3)) - 1);
+    p.setDecodePool(static_cast<int32_t>(in_.Below(3)) - 1);
     if (in_.Below(3) == 0) {  // client tensors, sometimes with a NaN
       const PoolSpec spec = FuzzPoolSpec();
       TokenActivations a;
@@ -186,6 +200,8 @@ class Driver {
       } else if (body.isDecodeJob()) {
         jobs_.push_back(
             {to[i], body.getDecodeJob().getJob(), body.getDecodeJob().getSteps().size()});
+      } else if (body.isMigrateJob()) {
+        jobs_.push_back({to[i], body.getMigrateJob().getJob(), 0});
       } else if (body.isRegisterReply()) {
         leases_[to[i]] = body.getRegisterReply().getLease();
       }

@@ -34,8 +34,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   out = service.Tick(40'000'000);  // every lease expires: everything must come back
   Replies(out);
   CheckOrDie(service.Check(), "pool invariants after the leases expired");
-  if (service.pool().blocks().counts().reserved != 0 ||
-      service.pool().blocks().counts().used != 0) {
+  if (service.pools().counts().reserved != 0 || service.pools().counts().used != 0) {
     CheckOrDie(absl::InternalError("blocks held after every lease expired"), "leak");
   }
   return 0;

@@ -32,7 +32,7 @@ FuzzService::FuzzService() {
   spdlog::set_level(spdlog::level::off);  // millions of inputs: the broker's log lines are noise
   const PoolSpec spec = FuzzPoolSpec();
   const uint64_t stride = static_cast<uint64_t>(BlockLayout::Create(spec)->block_stride());
-  pool_ = Pool::Create(spec, kFuzzBlocks * stride, &clock_, 3'000'000).value();
+  pools_ = PoolSet::Create(spec, kFuzzBlocks * stride, kFuzzPools, &clock_, 3'000'000).value();
   BrokerOptions options;
   options.model = FuzzModel();
   options.epoch = 77;
@@ -41,7 +41,9 @@ FuzzService::FuzzService() {
   options.limits.max_layers = static_cast<uint64_t>(spec.num_layers);
   options.limits.max_blocks = kFuzzBlocks;
   options.limits.max_message_bytes = 1 << 20;
-  broker_ = std::make_unique<Broker>(pool_.get(), &clock_, options);
+  options.pool_gpus.assign(kFuzzPools, -1);
+  options.fd_channel_paths = {"/nonexistent/fd-0", "/nonexistent/fd-1"};
+  broker_ = std::make_unique<Broker>(pools_.get(), &clock_, options);
 }
 
 Outbox FuzzService::Send(const std::string& from, std::vector<zmq::message_t> frames) {
@@ -61,10 +63,11 @@ Outbox FuzzService::Tick(int64_t advance_micros) {
   return out;
 }
 
-Outbox FuzzService::Register(const std::string& identity, wire::Role role) {
+Outbox FuzzService::Register(const std::string& identity, wire::Role role, int32_t pool) {
   EnvelopeBuilder m(1);
   auto r = m.envelope().getBody().initRegister();
   r.setRole(role);
+  r.setPool(pool);
   const BackendCapabilities& kernels = kHostCapabilities;
   ServedToWire(role == wire::Role::PREFILL ? kernels.cache_write : kernels.Decode(),
                r.initCapabilities().initHostArena());

@@ -9,14 +9,15 @@
 
 #include "daemon/broker.h"
 #include "kvpool/pool/clock.h"
-#include "kvpool/pool/pool.h"
+#include "kvpool/pool/pool_set.h"
 
 namespace kvp::fuzz {
 
 // The pool the targets fuzz: small, so that full pools, evictions and limits are reached.
 PoolSpec FuzzPoolSpec();  // 2 layers, 2 kv heads of 64, blocks of 16, indexer, turbo3 V
 ModelConfig FuzzModel();  // 4 q heads, top-32
-inline constexpr int kFuzzBlocks = 48;
+inline constexpr int kFuzzBlocks = 48;  // per pool
+inline constexpr int kFuzzPools = 2;    // host pools, so that migrations are reached
 
 class FuzzService {
  public:
@@ -27,18 +28,18 @@ class FuzzService {
   Outbox Send(const std::string& from, const EnvelopeBuilder& message);
   Outbox Tick(int64_t advance_micros);
 
-  // Registers a worker of `role` under `identity`; the broker's replies.
-  Outbox Register(const std::string& identity, wire::Role role);
+  // Registers a worker of `role` for `pool` under `identity`; the broker's replies.
+  Outbox Register(const std::string& identity, wire::Role role, int32_t pool = 0);
 
-  // Pool invariants, the tables against the allocator, and every reply well formed.
-  absl::Status Check() const { return pool_->CheckInvariants(); }
+  // Every pool's invariants (the tables against the allocator) and one home per sequence.
+  absl::Status Check() const { return pools_->CheckInvariants(); }
 
-  Pool& pool() { return *pool_; }
+  PoolSet& pools() { return *pools_; }
   Broker& broker() { return *broker_; }
 
  private:
   FakeClock clock_;
-  std::unique_ptr<Pool> pool_;
+  std::unique_ptr<PoolSet> pools_;
   std::unique_ptr<Broker> broker_;
 };
 

@@ -11,9 +11,8 @@ absl::StatusOr<std::vector<std::vector<DecodeStepResult>>> RunWorkloadInProcess(
     const WorkloadConfig& config, const PoolSpec& spec, const ModelConfig& model) {
   constexpr uint64_t kArenaBytes = uint64_t{64} << 20;
   ASSIGN_OR_RETURN(HostArena arena, HostArena::Create(kArenaBytes, kArenaBytes, kArenaBytes));
-  FakeClock clock;
-  ASSIGN_OR_RETURN(std::unique_ptr<Pool> pool, Pool::Create(spec, kArenaBytes, &clock, 1'000'000));
-  const LeaseId lease = pool->leases().Grant("reference");
+  ASSIGN_OR_RETURN(std::unique_ptr<Pool> pool, Pool::Create(spec, kArenaBytes));
+  const LeaseId lease = 1;  // the only holder
   const JobContext ctx{spec, pool->blocks().num_blocks(), model};
   HostExecutor executor(pool->layout(), arena.base(), ctx);
   SequenceTable& sequences = pool->sequences();

@@ -63,13 +63,16 @@ absl::StatusOr<std::unique_ptr<ServiceProcesses>> ServiceProcesses::Start(
   s->daemon_flags_.insert(s->daemon_flags_.end(), options.daemon_flags.begin(),
                           options.daemon_flags.end());
   RETURN_IF_ERROR(s->RestartDaemon());
+  s->backend_ = options.backend;
+  s->worker_flags_ = options.worker_flags;
+  const auto pool_of = [](const std::vector<int>& pools, int i) {
+    return i < static_cast<int>(pools.size()) ? pools[i] : -1;
+  };
   for (int i = 0; i < options.prefill_workers; ++i) {
-    s->prefill_.push_back(s->Spawn(KvpoolWorker(), {"--role=prefill", absl::StrCat("--backend=", options.backend),
-                                                        absl::StrCat("--runtime_dir=", s->dir_)}));
+    s->prefill_.push_back(s->StartWorker("prefill", pool_of(options.prefill_pools, i)));
   }
   for (int i = 0; i < options.decode_workers; ++i) {
-    s->decode_.push_back(s->Spawn(KvpoolWorker(), {"--role=decode", absl::StrCat("--backend=", options.backend),
-                                                       absl::StrCat("--runtime_dir=", s->dir_)}));
+    s->decode_.push_back(s->StartWorker("decode", pool_of(options.decode_pools, i)));
   }
   RETURN_IF_ERROR(
       s->WaitForWorkers(static_cast<uint32_t>(options.prefill_workers + options.decode_workers),
@@ -96,6 +99,15 @@ ClientOptions ServiceProcesses::client_options(const std::string& name) const {
   o.name = name;
   o.timeout_ms = 30'000;
   return o;
+}
+
+pid_t ServiceProcesses::StartWorker(const std::string& role, int pool) {
+  std::vector<std::string> args = {absl::StrCat("--role=", role),
+                                   absl::StrCat("--backend=", backend_),
+                                   absl::StrCat("--runtime_dir=", dir_)};
+  if (pool >= 0) args.push_back(absl::StrCat("--pool=", pool));
+  args.insert(args.end(), worker_flags_.begin(), worker_flags_.end());
+  return Spawn(KvpoolWorker(), std::move(args));
 }
 
 pid_t ServiceProcesses::Spawn(const std::string& binary, std::vector<std::string> args) {

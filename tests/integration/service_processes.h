@@ -22,6 +22,9 @@ struct ServiceOptions {
   std::vector<std::string> daemon_flags;  // added to the defaults below (later flags win)
   int prefill_workers = 1;
   int decode_workers = 1;
+  // The --pool of each worker, in order (kvpoold --pools); shorter or empty: no --pool given.
+  std::vector<int> prefill_pools, decode_pools;
+  std::vector<std::string> worker_flags;  // added to every worker's
 };
 
 class ServiceProcesses {
@@ -39,6 +42,8 @@ class ServiceProcesses {
   const std::vector<pid_t>& prefill_workers() const { return prefill_; }
   const std::vector<pid_t>& decode_workers() const { return decode_; }
 
+  // Starts one more worker of `role` ("prefill" or "decode") for `pool` (-1: no --pool).
+  pid_t StartWorker(const std::string& role, int pool);
   // Sends `signal` to a process and waits for it; its exit status (or 128 + signal).
   int Stop(pid_t pid, int signal);
   // Starts kvpoold again on the same runtime directory (after Stop).
@@ -57,7 +62,8 @@ class ServiceProcesses {
   pid_t Spawn(const std::string& binary, std::vector<std::string> args);
 
   std::string dir_;
-  std::vector<std::string> daemon_flags_;
+  std::string backend_;
+  std::vector<std::string> daemon_flags_, worker_flags_;
   pid_t daemon_ = -1;
   std::vector<pid_t> prefill_, decode_;
 };

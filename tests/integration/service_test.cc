@@ -439,8 +439,8 @@ TEST(ServiceTest, MetricsAndHealthAreServedOverHttp) {
   httplib::Result metrics = http.Get("/metrics");
   ASSERT_TRUE(metrics);
   EXPECT_EQ(metrics->status, 200);
-  EXPECT_THAT(metrics->body, HasSubstr("kvpool_blocks{gpu=\"host\",state=\"used\"} 2"));
-  EXPECT_THAT(metrics->body, HasSubstr("kvpool_workers{role=\"decode\"} 1"));
+  EXPECT_THAT(metrics->body, HasSubstr("kvpool_blocks{pool=\"0\",gpu=\"host\",state=\"used\"} 2"));
+  EXPECT_THAT(metrics->body, HasSubstr("kvpool_workers{pool=\"0\",gpu=\"host\",role=\"decode\"} 1"));
   EXPECT_THAT(metrics->body, HasSubstr("kvpool_jobs_total{kind=\"decode\",outcome=\"ok\"} 1"));
   EXPECT_THAT(metrics->body, HasSubstr("kvpool_job_seconds_count{kind=\"prefill\"} 1"));
 

@@ -1,4 +1,4 @@
-#include "kvpool/pool/pool.h"
+#include "kvpool/pool/pool_set.h"
 
 #include <vector>
 
@@ -15,43 +15,125 @@ PoolSpec Spec() {
 }
 
 TEST(PoolTest, HoldsTheBlocksThatFitInTheArena) {
-  FakeClock clock;
   const int64_t stride = BlockLayout::Create(Spec()).value().block_stride();
-  auto pool = Pool::Create(Spec(), 10 * stride + stride / 2, &clock, 1000).value();
+  auto pool = Pool::Create(Spec(), 10 * stride + stride / 2).value();
   EXPECT_EQ(pool->blocks().num_blocks(), 10);
-  EXPECT_EQ(Pool::Create(Spec(), stride - 1, &clock, 1000).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Pool::Create(Spec(), stride - 1).status().code(), absl::StatusCode::kInvalidArgument);
   PoolSpec bad = Spec();
   bad.head_dim = 80;
-  EXPECT_EQ(Pool::Create(bad, 1 << 30, &clock, 1000).status().code(),
+  EXPECT_EQ(Pool::Create(bad, 1 << 30).status().code(), absl::StatusCode::kInvalidArgument);
+  FakeClock clock;
+  EXPECT_EQ(PoolSet::Create(Spec(), 1 << 30, 0, &clock, 1000).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PoolSet::Create(Spec(), 1 << 30, 2, &clock, 0).status().code(),
             absl::StatusCode::kInvalidArgument);
 }
 
 TEST(PoolTest, AnExpiredLeaseTakesItsSequencesReservationsAndReferencesWithIt) {
   FakeClock clock;
   const int64_t stride = BlockLayout::Create(Spec()).value().block_stride();
-  auto pool = Pool::Create(Spec(), 8 * stride, &clock, 3'000'000).value();
-  const LeaseId worker = pool->leases().Grant("prefill-0");
-  const LeaseId client = pool->leases().Grant("client-1");
+  auto pools = PoolSet::Create(Spec(), 8 * stride, 1, &clock, 3'000'000).value();
+  Pool* pool = &pools->pool(0);
+  const LeaseId worker = pools->leases().Grant("prefill-0");
+  const LeaseId client = pools->leases().Grant("client-1");
   std::vector<int32_t> tokens(100, 3);
   ASSERT_TRUE(pool->sequences().Append(1, worker, tokens).ok());
   ASSERT_TRUE(pool->sequences().Commit(1).ok());
   ASSERT_TRUE(pool->sequences().Fork(1, 2, client).ok());
   ASSERT_TRUE(pool->sequences().Append(1, worker, tokens).ok());  // in flight when it dies
   clock.Advance(2'000'000);
-  ASSERT_TRUE(pool->leases().Renew(client).ok());
+  ASSERT_TRUE(pools->leases().Renew(client).ok());
   clock.Advance(1'500'000);
-  EXPECT_EQ(pool->ReapExpiredLeases(), std::vector<LeaseId>{worker});
+  const std::vector<LeaseId> expired = pools->leases().Expire();
+  EXPECT_EQ(expired, std::vector<LeaseId>{worker});
+  for (LeaseId lease : expired) pools->ForgetLease(lease);
   EXPECT_FALSE(pool->sequences().Contains(1));
   EXPECT_TRUE(pool->sequences().Contains(2));  // the fork keeps its shared blocks
   EXPECT_EQ(pool->blocks().counts().reserved, 0);
   EXPECT_EQ(pool->blocks().counts().used, 2);
   EXPECT_TRUE(pool->blocks().CheckInvariants().ok());
-  pool->EndLease(client);
+  pools->leases().Revoke(client);
+  pools->ForgetLease(client);
   EXPECT_FALSE(pool->sequences().Contains(2));
   EXPECT_EQ(pool->blocks().counts().used, 0);
   EXPECT_EQ(pool->blocks().counts().free + pool->blocks().counts().cached, 8);
-  EXPECT_EQ(pool->leases().size(), 0u);
+  EXPECT_EQ(pools->leases().size(), 0u);
+  EXPECT_TRUE(pools->CheckInvariants().ok());
+}
+
+// A migration's bookkeeping: imported into another pool, a sequence is found there by its blocks'
+// prefix keys, committed with the source's state, and the source's blocks stay as its cache.
+TEST(PoolTest, AnImportedSequenceMatchesItsSourceAndHasOneHome) {
+  FakeClock clock;
+  const int64_t stride = BlockLayout::Create(Spec()).value().block_stride();
+  auto pools = PoolSet::Create(Spec(), 16 * stride, 2, &clock, 3'000'000).value();
+  SequenceTable& source = pools->pool(0).sequences();
+  SequenceTable& target = pools->pool(1).sequences();
+  const LeaseId client = pools->leases().Grant("client");
+  std::vector<int32_t> tokens(150);  // two full blocks of 64 and a partial one
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i * 3 + 1);
+  ASSERT_TRUE(source.Append(7, client, tokens).ok());
+  ASSERT_TRUE(source.Commit(7).ok());
+  EXPECT_EQ(pools->Home(7), 0u);
+
+  SequenceImage image = source.Image(7).value();
+  ASSERT_EQ(image.blocks.size(), 3u);
+  EXPECT_TRUE(image.keys[0].has_value() && image.keys[1].has_value());
+  EXPECT_FALSE(image.keys[2].has_value());  // the partial block is not indexed
+  const std::vector<BlockMove> moves = target.Import(7, client, image).value();
+  EXPECT_EQ(moves.size(), 3u);
+  EXPECT_TRUE(target.Importing(7));
+  EXPECT_EQ(pools->Home(7), 0u);  // until it commits
+  EXPECT_EQ(target.Import(7, client, image).status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(source.Image(7).value().length, 150);
+  ASSERT_TRUE(pools->CheckInvariants().ok());
+
+  // Aborted: nothing is left in the target.
+  ASSERT_TRUE(target.Abort(7).ok());
+  EXPECT_FALSE(target.Contains(7));
+  EXPECT_EQ(pools->pool(1).blocks().counts().reserved, 0);
+  ASSERT_TRUE(pools->CheckInvariants().ok());
+
+  // Committed: the target has the source's state; the source lets go, keeping its cache.
+  ASSERT_EQ(target.Import(7, client, image).value().size(), 3u);
+  ASSERT_TRUE(target.Commit(7).ok());
+  ASSERT_TRUE(source.Release(7).ok());
+  EXPECT_EQ(pools->Home(7), 1u);
+  EXPECT_EQ(target.Length(7).value(), 150);
+  EXPECT_EQ(pools->pool(0).blocks().counts().cached, 2);
+  ASSERT_TRUE(pools->CheckInvariants().ok());
+  // The target indexed the full blocks under the source's keys: the same prompt hits them.
+  AppendPlan again = target.Append(10, client, tokens).value();
+  EXPECT_EQ(again.prefix_hit_tokens, 128);
+  ASSERT_TRUE(target.Abort(10).ok());
+
+  // Moving it back finds the source's cached blocks: only the partial one is copied.
+  SequenceImage back = target.Image(7).value();
+  const std::vector<BlockMove> copies = source.Import(7, client, back).value();
+  EXPECT_EQ(copies.size(), 1u);
+  EXPECT_EQ(copies[0].source, back.blocks[2]);
+  ASSERT_TRUE(source.Commit(7).ok());
+  ASSERT_TRUE(target.Release(7).ok());
+  EXPECT_EQ(pools->Home(7), 0u);
+  EXPECT_EQ(pools->HeldBy(client), 3);
+  ASSERT_TRUE(pools->CheckInvariants().ok());
+}
+
+TEST(PoolTest, AnImportThatDoesNotFitChangesNothing) {
+  FakeClock clock;
+  const int64_t stride = BlockLayout::Create(Spec()).value().block_stride();
+  auto pools = PoolSet::Create(Spec(), 4 * stride, 2, &clock, 3'000'000).value();
+  const LeaseId client = pools->leases().Grant("client");
+  ASSERT_TRUE(pools->pool(0).sequences().Append(1, client, std::vector<int32_t>(200, 5)).ok());
+  ASSERT_TRUE(pools->pool(0).sequences().Commit(1).ok());
+  ASSERT_TRUE(pools->pool(1).sequences().Append(2, client, std::vector<int32_t>(64, 9)).ok());
+  ASSERT_TRUE(pools->pool(1).sequences().Commit(2).ok());
+  const SequenceImage image = pools->pool(0).sequences().Image(1).value();
+  EXPECT_EQ(pools->pool(1).sequences().Import(1, client, image).status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_FALSE(pools->pool(1).sequences().Contains(1));
+  EXPECT_EQ(pools->pool(1).blocks().counts().reserved, 0);
+  ASSERT_TRUE(pools->CheckInvariants().ok());
 }
 
 }  // namespace

@@ -1,0 +1,263 @@
+// The Broker's pools (daemon/broker.h): where a sequence lives and is placed, and how it moves to
+// another pool: planned as an Import on the destination, copied by a worker there, committed there
+// and only then released on the source (docs/design.md §6).
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "daemon/broker.h"  // the class whose members these are
+#include "protocol/status_codec.h"
+
+namespace kvp {
+namespace {
+
+const char* TransportName(wire::Transport t) {
+  switch (t) {
+    case wire::Transport::NONE: return "none";
+    case wire::Transport::HOST: return "host";
+    case wire::Transport::PEER_COPY: return "peer_copy";
+    case wire::Transport::NCCL: return "nccl";
+  }
+  return "unknown";
+}
+
+}  // namespace
+
+absl::StatusOr<PoolIndex> Broker::HomeOf(SeqId seq) const {
+  const std::optional<PoolIndex> home = pools_->Home(seq);
+  if (!home.has_value()) return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
+  return *home;
+}
+
+absl::Status Broker::CheckPool(int64_t pool) const {
+  if (pool < 0 || pool >= static_cast<int64_t>(pools_->size())) {
+    return absl::InvalidArgumentError(absl::StrCat("pool ", pool, " does not exist: kvpoold has ",
+                                                   pools_->size(), " (0 to ",
+                                                   pools_->size() - 1, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<PoolIndex> Broker::Place(SeqId seq, int32_t requested, Role role) const {
+  if (const std::optional<PoolIndex> home = pools_->Home(seq); home.has_value()) {
+    if (requested >= 0 && static_cast<PoolIndex>(requested) != *home) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("sequence ", seq, " lives in pool ", *home, ", not pool ", requested,
+                       "; it continues there (migrate it to move it)"));
+    }
+    if (!HasWorker(role, *home)) {
+      return absl::UnavailableError(absl::StrCat("no ", RoleName(role), " worker serves pool ",
+                                                 *home, ", where sequence ", seq, " lives"));
+    }
+    return *home;
+  }
+  if (requested >= 0) {
+    RETURN_IF_ERROR(CheckPool(requested));
+    if (!HasWorker(role, static_cast<PoolIndex>(requested))) {
+      return absl::UnavailableError(
+          absl::StrCat("no ", RoleName(role), " worker serves pool ", requested));
+    }
+    return static_cast<PoolIndex>(requested);
+  }
+  // The pool with the most room (free, or cached and evictable) that can run the job.
+  std::optional<PoolIndex> best;
+  int64_t best_room = -1;
+  for (PoolIndex i = 0; i < pools_->size(); ++i) {
+    if (!HasWorker(role, i)) continue;
+    const PoolCounts c = pools_->pool(i).blocks().counts();
+    if (c.free + c.cached > best_room) {
+      best = i;
+      best_room = c.free + c.cached;
+    }
+  }
+  if (!best.has_value()) {
+    return absl::UnavailableError(absl::StrCat("no ", RoleName(role), " worker is registered"));
+  }
+  return *best;
+}
+
+absl::StatusOr<wire::Transport> Broker::ChooseTransport(PoolIndex from, PoolIndex to) const {
+  const int32_t source_gpu = options_.pool_gpus[from];
+  const int32_t target_gpu = options_.pool_gpus[to];
+  if (source_gpu < 0 && target_gpu < 0) return wire::Transport::HOST;
+  if (source_gpu == target_gpu) return wire::Transport::PEER_COPY;
+  const bool peer = std::any_of(workers_.begin(), workers_.end(), [&](const auto& w) {
+    const std::vector<int32_t>& peers = w.second.peer_gpus;
+    return w.second.pool == to && std::find(peers.begin(), peers.end(), source_gpu) != peers.end();
+  });
+  if (peer) return wire::Transport::PEER_COPY;
+  return absl::UnimplementedError(absl::StrCat(
+      "pool ", from, " (GPU ", source_gpu, ") and pool ", to, " (GPU ", target_gpu,
+      ") have no peer access, and moving blocks over NCCL is not built yet"));
+}
+
+absl::Status Broker::HandleMigrate(const std::string& from, uint64_t id,
+                                   wire::MigrateRequest::Reader r, Outbox& out) {
+  if (draining_) return absl::UnavailableError("kvpoold is draining; retry on another instance");
+  const LeaseId lease = ClientLease(from);
+  RETURN_IF_ERROR(CheckRequestLimit(lease));
+  return StartMigration(r.getSequence(), r.getToPool(), from, id, lease, /*after_prefill=*/false,
+                        0, out);
+}
+
+absl::Status Broker::StartMigration(SeqId seq, PoolIndex to, const std::string& client,
+                                    uint64_t request_id, LeaseId lease, bool after_prefill,
+                                    int32_t prefix_hit_tokens, Outbox& out) {
+  RETURN_IF_ERROR(CheckPool(to));
+  RETURN_IF_ERROR(CheckOwnedIdle(seq, lease));
+  ASSIGN_OR_RETURN(const PoolIndex source, HomeOf(seq));
+  Migration m{.from = source, .to = to, .started_micros = clock_->NowMicros(),
+              .after_prefill = after_prefill};
+  Job job{.kind = JobKind::kMigrate,
+          .pool = to,
+          .client = client,
+          .request_id = request_id,
+          .client_lease = lease,
+          .sequences = {seq},
+          .prefix_hit_tokens = prefix_hit_tokens,
+          .message = EnvelopeBuilder(next_job_),
+          .submitted_micros = m.started_micros,
+          .then_migrate_to = std::nullopt,
+          .migration = std::nullopt};
+  if (source != to) {
+    ASSIGN_OR_RETURN(m.transport, ChooseTransport(source, to));
+    if (!CanRunSomewhere(job)) {
+      return absl::UnavailableError(
+          absl::StrCat("no worker serves pool ", to, " to receive sequence ", seq));
+    }
+    ASSIGN_OR_RETURN(SequenceImage image, pools_->pool(source).sequences().Image(seq));
+    const size_t blocks = image.blocks.size();
+    ASSIGN_OR_RETURN(const std::vector<BlockMove> moves,
+                     pools_->pool(to).sequences().Import(seq, lease, std::move(image)));
+    m.blocks_moved = static_cast<uint32_t>(moves.size());
+    m.blocks_shared = static_cast<uint32_t>(blocks - moves.size());
+    if (!moves.empty()) {
+      const JobId job_id = next_job_++;
+      auto mj = job.message.envelope().getBody().initMigrateJob();
+      mj.setJob(job_id);
+      mj.setSequence(seq);
+      mj.setSourcePool(source);
+      mj.setSourceChannel(options_.fd_channel_paths[source]);
+      mj.setSourceGpu(options_.pool_gpus[source]);
+      mj.setTransport(m.transport);
+      auto list = mj.initMoves(static_cast<unsigned>(moves.size()));
+      for (size_t i = 0; i < moves.size(); ++i) {
+        list[i].setSource(moves[i].source);
+        list[i].setTarget(moves[i].target);
+      }
+      job.migration = m;
+      Enqueue(std::move(job), out);
+      return absl::OkStatus();
+    }
+    m.transport = wire::Transport::NONE;  // the destination held every block
+  }
+  // Nothing to copy: the move commits now.
+  const absl::Status moved = source == to ? absl::OkStatus() : EndMigration(seq, m, {}, 0);
+  if (after_prefill) {
+    ReplyPrefill(client, request_id, seq, prefix_hit_tokens, &m, moved, 0, out);
+    return absl::OkStatus();
+  }
+  RETURN_IF_ERROR(moved);
+  ReplyMigrate(client, request_id, seq, m, 0, out);
+  return absl::OkStatus();
+}
+
+absl::Status Broker::EndMigration(SeqId seq, const Migration& m, absl::Status result,
+                                  uint64_t bytes) {
+  SequenceTable& target = pools_->pool(m.to).sequences();
+  absl::Status status = std::move(result);
+  if (status.ok()) status = target.Commit(seq);
+  if (status.ok()) {
+    // Committed on the destination: the source lets its blocks go (indexed ones stay as its
+    // prefix cache) and its workers may forget the table.
+    status = pools_->pool(m.from).sequences().Release(seq);
+    ForgetTables(seq);
+    if (!status.ok()) {
+      spdlog::error("sequence {}: releasing pool {} after its move to pool {}: {}", seq, m.from,
+                    m.to, status.ToString());
+    }
+  } else {
+    target.Abort(seq).IgnoreError();
+  }
+  const char* transport = TransportName(m.transport);
+  ++metrics_.migrations[{transport, status.ok() ? "ok" : "error"}];
+  metrics_.migrated_bytes[transport] += bytes;
+  const int64_t micros = clock_->NowMicros() - m.started_micros;
+  if (status.ok()) {
+    spdlog::info("sequence {} moved from pool {} to pool {} by {}: {} blocks copied, {} shared, "
+                 "{} bytes, {} us", seq, m.from, m.to, transport, m.blocks_moved,
+                 m.blocks_shared, bytes, micros);
+    return status;
+  }
+  spdlog::warn("sequence {}: the move from pool {} to pool {} by {} failed: {}", seq, m.from,
+               m.to, transport, status.ToString());
+  return absl::AbortedError(absl::StrCat("moving sequence ", seq, " from pool ", m.from,
+                                         " to pool ", m.to, " failed (", status.message(),
+                                         "); nothing was committed there and it still lives in "
+                                         "pool ", m.from));
+}
+
+void Broker::FillMigrationReport(const Migration& m, const absl::Status& status, uint64_t bytes,
+                                 wire::MigrationReport::Builder report) const {
+  report.setFromPool(m.from);
+  report.setToPool(m.to);
+  report.setTransport(m.transport);
+  report.setBlocksMoved(m.blocks_moved);
+  report.setBlocksShared(m.blocks_shared);
+  report.setBytes(bytes);
+  report.setMicros(static_cast<uint64_t>(std::max<int64_t>(0, clock_->NowMicros() -
+                                                                  m.started_micros)));
+  if (!status.ok()) StatusToWire(status, report.initError());
+}
+
+void Broker::ReplyPrefill(const std::string& to, uint64_t request_id, SeqId seq, int32_t hits,
+                          const Migration* migration, const absl::Status& moved, uint64_t bytes,
+                          Outbox& out) {
+  EnvelopeBuilder reply(request_id);
+  auto p = reply.envelope().getBody().initPrefillReply();
+  p.setSequence(seq);
+  p.setPrefixHitTokens(static_cast<uint32_t>(hits));
+  if (const std::optional<PoolIndex> home = pools_->Home(seq); home.has_value()) {
+    p.setPool(*home);
+    p.setLength(static_cast<uint64_t>(pools_->pool(*home).sequences().Length(seq).value_or(0)));
+  }
+  if (migration != nullptr) FillMigrationReport(*migration, moved, bytes, p.initMigration());
+  Reply(out, to, std::move(reply));
+}
+
+void Broker::ReplyMigrate(const std::string& to, uint64_t request_id, SeqId seq,
+                          const Migration& m, uint64_t bytes, Outbox& out) {
+  EnvelopeBuilder reply(request_id);
+  auto r = reply.envelope().getBody().initMigrateReply();
+  r.setSequence(seq);
+  r.setLength(static_cast<uint64_t>(pools_->pool(m.to).sequences().Length(seq).value_or(0)));
+  FillMigrationReport(m, absl::OkStatus(), bytes, r.initMigration());
+  Reply(out, to, std::move(reply));
+}
+
+void Broker::FillPoolStates(capnp::List<wire::PoolState>::Builder out) const {
+  for (PoolIndex i = 0; i < pools_->size(); ++i) {
+    const Pool& pool = pools_->pool(i);
+    const PoolCounts c = pool.blocks().counts();
+    auto p = out[i];
+    p.setIndex(i);
+    p.setGpu(options_.pool_gpus[i]);
+    p.setBlocksFree(static_cast<uint64_t>(c.free));
+    p.setBlocksReserved(static_cast<uint64_t>(c.reserved));
+    p.setBlocksUsed(static_cast<uint64_t>(c.used));
+    p.setBlocksCached(static_cast<uint64_t>(c.cached));
+    p.setSequences(static_cast<uint32_t>(pool.sequences().size()));
+    uint32_t prefill = 0, decode = 0;
+    for (const auto& [lease, w] : workers_) {
+      if (w.pool != i) continue;
+      ++(w.role == Role::kPrefill ? prefill : decode);
+    }
+    p.setPrefillWorkers(prefill);
+    p.setDecodeWorkers(decode);
+  }
+}
+
+}  // namespace kvp

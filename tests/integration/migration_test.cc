@@ -1,0 +1,251 @@
+// Disaggregation across pools with real processes on the host backend (docs/design.md §6):
+// kvpoold --pools=2 stands in for two GPUs, a prefill worker writes on pool 0, decode workers read
+// on pool 1, and sequences move between them as migrate jobs. Outputs after a move are the bits of
+// a sequence that never moved; a receiver killed mid-move leaves nothing behind on either pool.
+#include <signal.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "client/client.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/integration/service_processes.h"
+
+namespace kvp::testing {
+namespace {
+
+std::vector<int32_t> Tokens(int n, int32_t first) {
+  std::vector<int32_t> t(n);
+  for (int i = 0; i < n; ++i) t[i] = first + i * 7;
+  return t;
+}
+
+// kvpoold with two host pools: a prefill worker on pool 0, a decode worker on each pool.
+std::unique_ptr<ServiceProcesses> StartTwoPools(std::vector<std::string> flags = {}) {
+  ServiceOptions options;
+  options.daemon_flags = {"--pools=2"};
+  options.daemon_flags.insert(options.daemon_flags.end(), flags.begin(), flags.end());
+  options.prefill_workers = 1;
+  options.prefill_pools = {0};
+  options.decode_workers = 2;
+  options.decode_pools = {0, 1};
+  absl::StatusOr<std::unique_ptr<ServiceProcesses>> s = ServiceProcesses::Start(options);
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? std::move(*s) : nullptr;
+}
+
+// `steps` decode steps of `seq` (tokens 11, 12, ...), every layer's output.
+std::vector<DecodeStepResult> DecodeSteps(Client& client, uint64_t seq, int steps) {
+  std::vector<DecodeStepResult> out;
+  for (int i = 0; i < steps; ++i) {
+    absl::StatusOr<DecodeResult> r =
+        client.Decode({DecodeStepRequest{seq, 11 + i, std::nullopt, nullptr, nullptr}});
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return out;
+    out.push_back(r->steps.at(0));
+  }
+  return out;
+}
+
+void ExpectSameOutputs(const std::vector<DecodeStepResult>& a,
+                       const std::vector<DecodeStepResult>& b) {
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i].length, b[i].length);
+    EXPECT_EQ(a[i].out, b[i].out) << "step " << i << ": not bit-identical";
+    EXPECT_EQ(a[i].topk, b[i].topk) << "step " << i;
+  }
+}
+
+// Both pools hold nothing but cache.
+void ExpectNothingHeld(Client& client) {
+  absl::StatusOr<PoolStats> stats = client.Stats();
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->pools.size(), 2u);
+  for (const PoolState& p : stats->pools) {
+    EXPECT_EQ(p.blocks_reserved, 0u) << "pool " << p.index;
+    EXPECT_EQ(p.blocks_used, 0u) << "pool " << p.index;
+  }
+}
+
+ClientOptions InNamespace(ClientOptions o, const std::string& ns) {
+  o.cache_namespace = ns;  // no prefix hits across namespaces: each sequence has its own blocks
+  return o;
+}
+
+TEST(MigrationTest, PrefilledOnOnePoolDecodedOnTheOtherGivesTheSameBits) {
+  auto service = StartTwoPools();
+  ASSERT_NE(service, nullptr);
+  Client stay(InNamespace(service->client_options("stay"), "stay"));
+  Client move(InNamespace(service->client_options("move"), "move"));
+  const std::vector<int32_t> prompt = Tokens(300, 5);  // 4 full blocks of 64 and a partial one
+
+  absl::StatusOr<PrefillResult> here = stay.Prefill(1, prompt, nullptr, nullptr, {.pool = 0});
+  ASSERT_TRUE(here.ok()) << here.status();
+  EXPECT_EQ(here->pool, 0u);
+  EXPECT_FALSE(here->migration.has_value());
+  absl::StatusOr<PrefillResult> there =
+      move.Prefill(2, prompt, nullptr, nullptr, {.pool = 0, .decode_pool = 1});
+  ASSERT_TRUE(there.ok()) << there.status();
+  EXPECT_EQ(there->pool, 1u);
+  ASSERT_TRUE(there->migration.has_value());
+  EXPECT_TRUE(there->migration->error.ok()) << there->migration->error;
+  EXPECT_EQ(there->migration->transport, wire::Transport::HOST);
+  EXPECT_EQ(there->migration->blocks_moved, 5u);
+  EXPECT_GT(there->migration->bytes, 0u);
+
+  absl::StatusOr<PoolStats> stats = move.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->pools.at(0).blocks_used, 5u) << "sequence 1 only";
+  EXPECT_EQ(stats->pools.at(1).blocks_used, 5u) << "sequence 2";
+  ExpectSameOutputs(DecodeSteps(stay, 1, 3), DecodeSteps(move, 2, 3));
+
+  // Moved back for rebalancing, it decodes on pool 0 as before.
+  absl::StatusOr<MigrationResult> back = move.Migrate(2, 0);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->from_pool, 1u);
+  EXPECT_EQ(back->length, 303);
+  ExpectSameOutputs(DecodeSteps(stay, 1, 2), DecodeSteps(move, 2, 2));
+  ASSERT_TRUE(stay.Release(1).ok());
+  ASSERT_TRUE(move.Release(2).ok());
+  ExpectNothingHeld(move);
+}
+
+TEST(MigrationTest, AFragmentedBlockTableMovesWhole) {
+  auto service = StartTwoPools();
+  ASSERT_NE(service, nullptr);
+  Client a(InNamespace(service->client_options("a"), "a"));
+  Client b(InNamespace(service->client_options("b"), "b"));
+  // Chunked prefills of two sequences in turn interleave their blocks on pool 0.
+  for (int chunk = 0; chunk < 4; ++chunk) {
+    const std::vector<int32_t> tokens = Tokens(64, 1000 + chunk * 64 * 7);
+    ASSERT_TRUE(a.Prefill(1, tokens, nullptr, nullptr, {.pool = 0}).ok());
+    ASSERT_TRUE(b.Prefill(2, tokens, nullptr, nullptr, {.pool = 0}).ok());
+  }
+  absl::StatusOr<MigrationResult> moved = b.Migrate(2, 1);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->blocks_moved, 4u);
+  ExpectSameOutputs(DecodeSteps(a, 1, 4), DecodeSteps(b, 2, 4));
+  ASSERT_TRUE(a.Release(1).ok());
+  ASSERT_TRUE(b.Release(2).ok());
+  ExpectNothingHeld(a);
+}
+
+TEST(MigrationTest, ThirtyTwoConcurrentMigrationsAllLand) {
+  auto service = StartTwoPools({"--arena_mib=128"});
+  ASSERT_NE(service, nullptr);
+  Client client(service->client_options("many"));
+  constexpr int kSequences = 32;
+  for (int i = 0; i < kSequences; ++i) {
+    ASSERT_TRUE(client.Prefill(100 + i, Tokens(130, i * 1000), nullptr, nullptr, {.pool = 0}).ok());
+  }
+  for (int i = 0; i < kSequences; ++i) {
+    EnvelopeBuilder m = client.NewRequest();
+    auto r = m.envelope().getBody().initMigrate();
+    r.setSequence(100 + i);
+    r.setToPool(1);
+    ASSERT_TRUE(client.Send(m).ok());
+  }
+  for (int i = 0; i < kSequences; ++i) {
+    absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = client.Receive(60'000);
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    absl::StatusOr<MigrationResult> m = MigrationResultOf(**reply);
+    ASSERT_TRUE(m.ok()) << m.status();
+    EXPECT_EQ(m->to_pool, 1u);
+  }
+  absl::StatusOr<PoolStats> stats = client.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->pools.at(0).blocks_used, 0u);
+  EXPECT_EQ(stats->pools.at(1).blocks_used, 3u * kSequences);
+  EXPECT_EQ(stats->pools.at(1).sequences, static_cast<uint32_t>(kSequences));
+  for (int i = 0; i < kSequences; ++i) ASSERT_TRUE(client.Release(100 + i).ok());
+  ExpectNothingHeld(client);
+}
+
+TEST(MigrationTest, AReceiverKilledMidMoveLeavesTheSequenceOnItsSourceAndNothingBehind) {
+  auto service = StartTwoPools({"--arena_mib=256"});
+  ASSERT_NE(service, nullptr);
+  Client client(service->client_options("killed"));
+  const std::vector<int32_t> prompt = Tokens(4000, 3);
+  ASSERT_TRUE(client.Prefill(1, prompt, nullptr, nullptr, {.pool = 0}).ok());
+  ASSERT_EQ(DecodeSteps(client, 1, 1).size(), 1u);
+  const pid_t receiver = service->decode_workers().at(1);
+
+  // Stopped, the receiver holds the migrate job without running it; killed, it never reports.
+  ASSERT_EQ(::kill(receiver, SIGSTOP), 0);
+  EnvelopeBuilder m = client.NewRequest();
+  auto r = m.envelope().getBody().initMigrate();
+  r.setSequence(1);
+  r.setToPool(1);
+  ASSERT_TRUE(client.Send(m).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  absl::StatusOr<PoolStats> during = client.Stats();
+  ASSERT_TRUE(during.ok());
+  EXPECT_GT(during->pools.at(1).blocks_reserved, 0u) << "reserved on the destination";
+  EXPECT_EQ(client.Release(1).status().code(), absl::StatusCode::kFailedPrecondition)
+      << "busy while it moves";
+  service->Stop(receiver, SIGKILL);
+  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = client.Receive(30'000);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  const absl::Status moved = MigrationResultOf(**reply).status();
+  EXPECT_TRUE(absl::IsAborted(moved)) << moved;
+  EXPECT_THAT(moved.message(), ::testing::HasSubstr("still lives in pool 0"));
+
+  absl::StatusOr<PoolStats> after = client.Stats();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->pools.at(1).blocks_reserved, 0u);
+  EXPECT_EQ(after->pools.at(1).blocks_used, 0u);
+  // Still readable where it was: the next step equals a sequence that never tried to move.
+  Client reference(InNamespace(service->client_options("reference"), "reference"));
+  ASSERT_TRUE(reference.Prefill(2, prompt, nullptr, nullptr, {.pool = 0}).ok());
+  ASSERT_EQ(DecodeSteps(reference, 2, 1).size(), 1u);  // the step sequence 1 took before
+  ExpectSameOutputs(DecodeSteps(client, 1, 1), DecodeSteps(reference, 2, 1));
+
+  // A new receiver on pool 1, then the source pool's decode worker killed while the move runs:
+  // the move does not need it.
+  const pid_t stand_in = service->StartWorker("decode", 1);
+  ASSERT_TRUE(service->WaitForWorkers(3, 20'000).ok());
+  EnvelopeBuilder again = client.NewRequest();
+  auto r2 = again.envelope().getBody().initMigrate();
+  r2.setSequence(1);
+  r2.setToPool(1);
+  ASSERT_TRUE(client.Send(again).ok());
+  service->Stop(service->decode_workers().at(0), SIGKILL);
+  reply = client.Receive(30'000);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  absl::StatusOr<MigrationResult> landed = MigrationResultOf(**reply);
+  ASSERT_TRUE(landed.ok()) << landed.status();
+  EXPECT_EQ(landed->to_pool, 1u);
+  ASSERT_TRUE(client.Release(1).ok());
+  ASSERT_TRUE(reference.Release(2).ok());
+  ExpectNothingHeld(client);
+  service->Stop(stand_in, SIGTERM);
+}
+
+TEST(MigrationTest, BadPoolsGetTypedErrors) {
+  auto service = StartTwoPools();
+  ASSERT_NE(service, nullptr);
+  Client client(service->client_options("bad"));
+  const std::vector<int32_t> prompt = Tokens(70, 1);
+  EXPECT_EQ(client.Prefill(1, prompt, nullptr, nullptr, {.pool = 2}).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client.Prefill(1, prompt, nullptr, nullptr, {.pool = 1}).status().code(),
+            absl::StatusCode::kUnavailable) << "pool 1 has no prefill worker";
+  EXPECT_EQ(client.Prefill(1, prompt, nullptr, nullptr, {.pool = 0, .decode_pool = 7})
+                .status().code(),
+            absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(client.Prefill(1, prompt).ok());  // placed by kvpoold: pool 0 has the prefill worker
+  EXPECT_EQ(client.Migrate(1, 9).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(client.Migrate(99, 1).status().code(), absl::StatusCode::kNotFound);
+  absl::StatusOr<PoolHealth> health = client.Health();
+  ASSERT_TRUE(health.ok());
+  ASSERT_EQ(health->pools.size(), 2u);
+  EXPECT_EQ(health->pools[0].prefill_workers, 1u);
+  EXPECT_EQ(health->pools[1].decode_workers, 1u);
+  ASSERT_TRUE(client.Release(1).ok());
+  ExpectNothingHeld(client);
+}
+
+}  // namespace
+}  // namespace kvp::testing
