@@ -6,6 +6,7 @@
 //   kvpool-bench broker [--json=PATH]
 //   kvpool-bench kernels [--quick] [--only=S,...] [--json=PATH] (CUDA builds, on a GPU)
 //   kvpool-bench attach [--gib=N] [--chunk-gib=C] [--json=PATH]  (CUDA builds, on a GPU)
+//   kvpool-bench migrate [--source_gpu=0] [--target_gpu=0] [--json=PATH]  (CUDA builds)
 #include <unistd.h>
 
 #include <cstdio>
@@ -31,6 +32,7 @@
 
 #include "bench/attach_bench.h"
 #include "bench/kernel_bench.h"
+#include "bench/migrate_bench.h"
 #include "kvpool/arena/cuda_arena.h"
 #endif
 
@@ -42,6 +44,7 @@ constexpr char kUsage[] =
     "       kvpool-bench broker [--json=PATH]\n"
     "       kvpool-bench kernels [--quick] [--only=SECTION,...] [--json=PATH]\n"
     "       kvpool-bench attach [--gib=64] [--chunk-gib=1] [--json=PATH]\n"
+    "       kvpool-bench migrate [--source_gpu=0] [--target_gpu=0] [--json=PATH]\n"
     "\n"
     "  accuracy  attention output error of fp8_e4m3 K and TurboNV V against bf16 K/V on\n"
     "            synthetic data with peaked attention (CPU reference kernels)\n"
@@ -51,7 +54,9 @@ constexpr char kUsage[] =
     "            of the device-to-device copy bandwidth measured in the same run; --only picks\n"
     "            sections: dense, shapes, sparse_v, layer, batched, cache_write, block_copy,\n"
     "            launch (shapes: dense decode at other heads, head dims, blocks, V formats)\n"
-    "  attach    time another process takes to attach a cuda arena of N GiB\n";
+    "  attach    time another process takes to attach a cuda arena of N GiB\n"
+    "  migrate   a migration's copy between two pools' cuda arenas through the worker's code\n"
+    "            (1 GiB contiguous and fragmented, a 64 MiB sequence) beside cudaMemcpy(Peer)\n";
 
 // --name=value and --name (value "") arguments of one subcommand.
 class Flags {
@@ -175,6 +180,19 @@ int Attach(const char* self, const Flags& flags) {
                           return kvp::bench::AttachJson(r, kvp::TodayUtc(), prop.name);
                         });
 }
+
+int Migrate(const Flags& flags) {
+  int source_gpu = 0, target_gpu = 0;
+  for (const auto& [name, out] : {std::pair{"source_gpu", &source_gpu}, {"target_gpu", &target_gpu}}) {
+    if (flags.Has(name) && !absl::SimpleAtoi(flags.String(name), out)) {
+      return Usage(absl::StrCat("--", name, " takes a GPU ordinal"));
+    }
+  }
+  using Report = kvp::bench::MigrateReport;
+  return Finish<Report>(kvp::bench::RunMigrateBench(source_gpu, target_gpu), flags,
+                        kvp::bench::MigrateTable,
+                        [](const Report& r) { return kvp::bench::MigrateJson(r, kvp::TodayUtc()); });
+}
 #endif
 
 }  // namespace
@@ -203,8 +221,9 @@ int main(int argc, char** argv) {
   if (command == "attach") {
     return run({"gib", "chunk-gib", "json"}, [&](const Flags& f) { return Attach(argv[0], f); });
   }
+  if (command == "migrate") return run({"source_gpu", "target_gpu", "json"}, Migrate);
 #else
-  if (command == "kernels" || command == "attach") {
+  if (command == "kernels" || command == "attach" || command == "migrate") {
     std::fprintf(stderr, "kvpool-bench: this build has no CUDA (nvcc was not found)\n");
     return 1;
   }

@@ -69,3 +69,62 @@ TEST(ServiceGpuTest, CudaBackendAgreesWithTheHostReference) {
 
 }  // namespace
 }  // namespace kvp::testing
+
+namespace kvp::testing {
+namespace {
+
+// Two pools on one GPU (kvpoold --gpus=0,0): a sequence prefilled on pool 0 and moved to pool 1 by
+// the peer-copy path decodes to the same bits as one that stayed on pool 0, and both tables hold
+// the same bytes (the outputs of every layer and the indexer's selection agree exactly).
+TEST(ServiceGpuTest, TwoPoolsOnOneGpuMoveSequencesByPeerCopyBitForBit) {
+  ServiceOptions options;
+  options.backend = "cuda";
+  options.daemon_flags = {"--arena_mib=1024", "--gpus=0,0"};
+  options.prefill_workers = 1;
+  options.prefill_pools = {0};
+  options.decode_workers = 2;
+  options.decode_pools = {0, 1};
+  options.worker_flags = {"--gpu=0"};
+  absl::StatusOr<std::unique_ptr<ServiceProcesses>> service = ServiceProcesses::Start(options);
+  ASSERT_TRUE(service.ok()) << service.status();
+  ClientOptions stay_options = (*service)->client_options("stay");
+  stay_options.cache_namespace = "stay";
+  ClientOptions move_options = (*service)->client_options("move");
+  move_options.cache_namespace = "move";
+  Client stay(stay_options), move(move_options);
+  std::vector<int32_t> prompt(5000);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i * 31 % 50000);
+  ASSERT_TRUE(stay.Prefill(1, prompt, nullptr, nullptr, {.pool = 0}).ok());
+  absl::StatusOr<PrefillResult> moved =
+      move.Prefill(2, prompt, nullptr, nullptr, {.pool = 0, .decode_pool = 1});
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  ASSERT_TRUE(moved->migration.has_value());
+  EXPECT_TRUE(moved->migration->error.ok()) << moved->migration->error;
+  EXPECT_EQ(moved->migration->transport, wire::Transport::PEER_COPY);
+  EXPECT_EQ(moved->pool, 1u);
+  for (int step = 0; step < 4; ++step) {
+    const DecodeStepRequest a{1, 100 + step, std::nullopt, nullptr, nullptr};
+    const DecodeStepRequest b{2, 100 + step, std::nullopt, nullptr, nullptr};
+    absl::StatusOr<DecodeResult> here = stay.Decode({a});
+    absl::StatusOr<DecodeResult> there = move.Decode({b});
+    ASSERT_TRUE(here.ok() && there.ok()) << here.status() << there.status();
+    EXPECT_EQ(here->steps.at(0).out, there->steps.at(0).out) << "step " << step;
+    EXPECT_EQ(here->steps.at(0).topk, there->steps.at(0).topk) << "step " << step;
+  }
+  // A fragmented move back (the decode steps added blocks elsewhere) and one more step.
+  absl::StatusOr<MigrationResult> back = move.Migrate(2, 0);
+  ASSERT_TRUE(back.ok()) << back.status();
+  absl::StatusOr<DecodeResult> here = stay.Decode({{1, 7, std::nullopt, nullptr, nullptr}});
+  absl::StatusOr<DecodeResult> there = move.Decode({{2, 7, std::nullopt, nullptr, nullptr}});
+  ASSERT_TRUE(here.ok() && there.ok());
+  EXPECT_EQ(here->steps.at(0).out, there->steps.at(0).out);
+  ASSERT_TRUE(stay.Release(1).ok());
+  ASSERT_TRUE(move.Release(2).ok());
+  absl::StatusOr<PoolStats> stats = move.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->blocks_used, 0u);
+  EXPECT_EQ(stats->blocks_reserved, 0u);
+}
+
+}  // namespace
+}  // namespace kvp::testing

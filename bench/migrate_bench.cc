@@ -1,0 +1,192 @@
+#include "bench/migrate_bench.h"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <numeric>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
+#include "bench/gpu_timer.h"
+#include "kernels/common/cuda_status.h"
+#include "kvpool/arena/cuda_arena.h"
+#include "kvpool/layout/block_layout.h"
+#include "worker/cuda_executor.h"
+#include "worker/migration.h"
+
+namespace kvp::bench {
+namespace {
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+constexpr int kRuns = 20;
+
+// A DeepSeek-like pool: 8 layers of fp8 K, turbo3 V and the indexer, blocks of 64 tokens.
+PoolSpec BenchSpec() {
+  PoolSpec spec;
+  spec.num_layers = 8;
+  spec.indexer = true;
+  return spec;
+}
+
+// Median wall time of `run` (which returns once its copy is done), after two warm-up runs.
+absl::StatusOr<double> MedianMs(const std::function<absl::Status()>& run) {
+  std::vector<double> ms;
+  for (int i = 0; i < kRuns + 2; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    RETURN_IF_ERROR(run());
+    const double t =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    if (i >= 2) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// `n` moves: contiguous (block i onto block i) or fragmented (random distinct blocks on both sides).
+std::vector<BlockCopyPair> Moves(int64_t n, int64_t arena_blocks, bool fragmented, uint64_t seed) {
+  std::vector<int32_t> source(arena_blocks), target(arena_blocks);
+  std::iota(source.begin(), source.end(), 0);
+  std::iota(target.begin(), target.end(), 0);
+  if (fragmented) {
+    std::mt19937_64 rng(seed);
+    std::shuffle(source.begin(), source.end(), rng);
+    std::shuffle(target.begin(), target.end(), rng);
+  }
+  std::vector<BlockCopyPair> moves;
+  for (int64_t i = 0; i < n; ++i) moves.emplace_back(source[i], target[i]);
+  return moves;
+}
+
+}  // namespace
+
+absl::StatusOr<MigrateReport> RunMigrateBench(int source_gpu, int target_gpu) {
+  MigrateReport report;
+  report.source_gpu = source_gpu;
+  report.target_gpu = target_gpu;
+  cudaDeviceProp prop;
+  KVP_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, target_gpu));
+  report.device = prop.name;
+  ASSIGN_OR_RETURN(BlockLayout layout, BlockLayout::Create(BenchSpec()));
+  const int64_t stride = layout.block_stride();
+  report.block_bytes = stride;
+  const uint64_t arena_bytes = kGiB + kGiB / 4;
+  // kvpoold's two pools, and the receiving worker's view: its own arena mapped, the source's
+  // imported through exported fds, as over the fd channel.
+  ASSIGN_OR_RETURN(const uint64_t granularity, CudaArena::Granularity(source_gpu));
+  const uint64_t chunk = (kGiB / 4 + granularity - 1) / granularity * granularity;
+  std::fprintf(stderr, "migrate: two %.2f GiB cuda arenas on GPUs %d and %d, blocks of %lld B\n",
+               double(arena_bytes) / kGiB, source_gpu, target_gpu, (long long)stride);
+  ASSIGN_OR_RETURN(CudaArena source, CudaArena::Create(source_gpu, chunk, arena_bytes, arena_bytes));
+  ASSIGN_OR_RETURN(CudaArena target, CudaArena::Create(target_gpu, chunk, arena_bytes, arena_bytes));
+  ASSIGN_OR_RETURN(std::vector<UniqueFd> fds, source.ExportFds());
+  ASSIGN_OR_RETURN(CudaArenaMapping source_view,
+                   CudaArenaMapping::Map(target_gpu, source.chunk_sizes(), std::move(fds)));
+  const int64_t arena_blocks = static_cast<int64_t>(arena_bytes) / stride;
+  // Real bytes, not zeros: the source filled with a pattern.
+  KVP_CUDA_RETURN_IF_ERROR(cudaSetDevice(source_gpu));
+  KVP_CUDA_RETURN_IF_ERROR(cudaMemset(source.base(), 0x5B, arena_blocks * stride));
+  KVP_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  KVP_CUDA_RETURN_IF_ERROR(cudaSetDevice(target_gpu));
+  JobContext ctx{.spec = BenchSpec(), .num_blocks = arena_blocks, .model = {}};
+  ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutor> executor,
+                   CudaExecutor::Create(layout, target.base(), ctx, target_gpu));
+
+  cudaStream_t stream;
+  KVP_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  // The baseline: one copy of the same bytes (cudaMemcpyPeer across GPUs), timed with events.
+  double raw_gbs = 0;
+  const int64_t gib_blocks = static_cast<int64_t>(kGiB) / stride;
+  {
+    const double bytes = double(gib_blocks * stride);
+    ASSIGN_OR_RETURN(const Timing t, TimeMedian(
+        [&](int) -> absl::Status {
+          if (source_gpu == target_gpu) {
+            KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(target.base(), source_view.base(), bytes,
+                                                     cudaMemcpyDeviceToDevice, stream));
+          } else {
+            KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyPeerAsync(target.base(), target_gpu, source.base(),
+                                                         source_gpu, bytes, stream));
+          }
+          return absl::OkStatus();
+        },
+        stream, 3, kRuns));
+    raw_gbs = bytes / (t.median_us * 1e-6) / 1e9;
+    report.cases.push_back({.name = "1 GiB",
+                            .path = source_gpu == target_gpu ? "cudaMemcpy (raw)"
+                                                             : "cudaMemcpyPeer (raw)",
+                            .blocks = gib_blocks,
+                            .runs = 1,
+                            .bytes = bytes,
+                            .median_ms = t.median_us * 1e-3,
+                            .gb_per_s = raw_gbs,
+                            .of_raw = 1.0});
+  }
+  // The worker's own path, wall time from the call to the bytes in place (launches included).
+  const struct {
+    const char* name;
+    int64_t blocks;
+    bool fragmented;
+  } shapes[] = {{"1 GiB contiguous", gib_blocks, false},
+                {"1 GiB fragmented", gib_blocks, true},
+                {"64 MiB sequence, contiguous", (int64_t{64} << 20) / stride, false},
+                {"64 MiB sequence, fragmented", (int64_t{64} << 20) / stride, true}};
+  for (const auto& shape : shapes) {
+    const std::vector<BlockCopyPair> moves =
+        Moves(shape.blocks, arena_blocks, shape.fragmented, 7);
+    const int64_t runs = static_cast<int64_t>(CoalesceRuns(moves).size());
+    ASSIGN_OR_RETURN(const double ms, MedianMs([&] {
+      return executor->MoveBlocksFrom(source_view.base(), arena_blocks, moves);
+    }));
+    const double bytes = double(shape.blocks * stride);
+    const double gbs = bytes / (ms * 1e-3) / 1e9;
+    report.cases.push_back({.name = shape.name,
+                            .path = runs <= 8 ? "copy engine" : "block move kernel",
+                            .blocks = shape.blocks,
+                            .runs = runs,
+                            .bytes = bytes,
+                            .median_ms = ms,
+                            .gb_per_s = gbs,
+                            .of_raw = gbs / raw_gbs});
+    std::fprintf(stderr, "migrate: %s done\n", shape.name);
+  }
+  cudaStreamDestroy(stream);
+  return report;
+}
+
+std::string MigrateTable(const MigrateReport& r) {
+  std::string out = absl::StrFormat(
+      "%s, pool on GPU %d -> pool on GPU %d, blocks of %lld bytes\n"
+      "| transfer | path | blocks | runs | median | GB/s moved | of raw |\n"
+      "| --- | --- | ---: | ---: | ---: | ---: | ---: |\n",
+      r.device, r.source_gpu, r.target_gpu, (long long)r.block_bytes);
+  for (const MigrateCase& c : r.cases) {
+    absl::StrAppendFormat(&out, "| %s | %s | %lld | %lld | %.3f ms | %.1f | %.0f%% |\n", c.name,
+                          c.path, (long long)c.blocks, (long long)c.runs, c.median_ms, c.gb_per_s,
+                          100 * c.of_raw);
+  }
+  return out;
+}
+
+std::string MigrateJson(const MigrateReport& r, const std::string& date) {
+  std::string out = absl::StrFormat(
+      "{\n  \"benchmark\": \"migrate\",\n  \"date\": \"%s\",\n  \"device\": \"%s\",\n"
+      "  \"source_gpu\": %d,\n  \"target_gpu\": %d,\n  \"block_bytes\": %lld,\n  \"cases\": [\n",
+      date, r.device, r.source_gpu, r.target_gpu, (long long)r.block_bytes);
+  for (size_t i = 0; i < r.cases.size(); ++i) {
+    const MigrateCase& c = r.cases[i];
+    absl::StrAppendFormat(&out,
+                          "    {\"name\": \"%s\", \"path\": \"%s\", \"blocks\": %lld, \"runs\": "
+                          "%lld, \"bytes\": %.0f, \"median_ms\": %.4f, \"gb_per_s\": %.2f, "
+                          "\"of_raw\": %.4f}%s\n",
+                          c.name, c.path, (long long)c.blocks, (long long)c.runs, c.bytes,
+                          c.median_ms, c.gb_per_s, c.of_raw, i + 1 < r.cases.size() ? "," : "");
+  }
+  out += "  ]\n}\n";
+  return out;
+}
+
+}  // namespace kvp::bench
