@@ -189,9 +189,17 @@ class KvpoolClient:
         _, s = self._call("stats")
         return s
 
-    def prefill(self, sequence, tokens):
+    def prefill(self, sequence, tokens, pool=-1, decode_pool=-1):
+        """pool: where it runs (-1: kvpoold places it); decode_pool: where it is decoded, moved
+        there before the reply (-1: where it was prefilled). The reply's "pool" says where it lives,
+        its "migration" how the move went."""
         _, r = self._call("prefill", sequence=sequence, tokens=list(tokens),
-                          cacheNamespace=self._cache_namespace)
+                          cacheNamespace=self._cache_namespace, pool=pool, decodePool=decode_pool)
+        return r
+
+    def migrate(self, sequence, to_pool):
+        """Moves an idle sequence to pool `to_pool`; the reply's "migration" says how."""
+        _, r = self._call("migrate", sequence=sequence, toPool=to_pool)
         return r
 
     def decode(self, steps, outputs="all"):

@@ -37,17 +37,19 @@ class PythonClientTest(unittest.TestCase):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             cls.tcp = "tcp://127.0.0.1:%d" % s.getsockname()[1]
-        cls.procs = [subprocess.Popen([KVPOOLD, "--backend=host", "--arena_mib=64", "--layers=2",
+        cls.procs = [subprocess.Popen([KVPOOLD, "--backend=host", "--pools=2", "--arena_mib=64",
+                                       "--layers=2",
                                        "--topk=64", "--metrics_port=-1", "--tcp_endpoint=" + cls.tcp,
                                        "--curve_secret_key_file=" + os.path.join(cls.dir, "server.key"),
                                        "--curve_clients_file=" + os.path.join(cls.dir, "clients")]
                                       + common)]
-        for role in ("prefill", "decode"):
-            cls.procs.append(subprocess.Popen([WORKER, "--role=" + role, "--backend=host"] + common))
+        for role, pool in (("prefill", 0), ("decode", 0), ("decode", 1)):
+            cls.procs.append(subprocess.Popen([WORKER, "--role=" + role, "--backend=host",
+                                               "--pool=%d" % pool] + common))
         cls.client = kvpool_client.KvpoolClient("ipc://%s/kvpoold.sock" % cls.dir, name="py-test",
                                                 timeout_ms=20000)
         deadline = time.time() + 20
-        while cls.client.health()["workers"] < 2:
+        while cls.client.health()["workers"] < 3:
             if time.time() > deadline:
                 raise RuntimeError("workers did not register")
             time.sleep(0.05)
@@ -60,6 +62,24 @@ class PythonClientTest(unittest.TestCase):
         for p in cls.procs:
             p.wait(timeout=30)
         shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_prefill_on_one_pool_decode_on_the_other(self):
+        tokens = [t * 3 + 1 for t in range(130)]
+        reply = self.client.prefill(40, tokens, pool=0, decode_pool=1)
+        self.assertEqual(reply["pool"], 1)
+        self.assertEqual(reply["migration"]["transport"], "host")
+        self.assertEqual(reply["migration"]["blocksMoved"], 3)
+        self.assertNotIn("error", reply["migration"])
+        out = self.client.decode([(40, 5)])["outputs"][0]
+        self.assertEqual(out["length"], 131)
+        self.assertEqual(self.client.migrate(40, 0)["migration"]["toPool"], 0)
+        pools = self.client.stats()["pools"]
+        self.assertEqual(len(pools), 2)
+        self.assertEqual(pools[1]["blocksUsed"], 0)
+        with self.assertRaises(kvpool_client.KvpoolError) as e:
+            self.client.migrate(40, 5)
+        self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+        self.client.release(40)
 
     def test_prefill_decode_fork_release(self):
         tokens = list(range(5000, 5150))
