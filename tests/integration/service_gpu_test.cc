@@ -1,7 +1,13 @@
 // The service on the cuda backend (label gpu): kvpoold's arena in GPU memory, workers running the
 // CUDA kernels. Its outputs agree with the host backend's in-process run of the same workload.
-#include <cmath>
+#include <cuda_runtime_api.h>
+#include <signal.h>
 
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
 #include "client/client.h"
 #include "client/workload.h"
 #include "gtest/gtest.h"
@@ -124,6 +130,83 @@ TEST(ServiceGpuTest, TwoPoolsOnOneGpuMoveSequencesByPeerCopyBitForBit) {
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->blocks_used, 0u);
   EXPECT_EQ(stats->blocks_reserved, 0u);
+}
+
+}  // namespace
+}  // namespace kvp::testing
+
+namespace kvp::testing {
+namespace {
+
+// Two GPUs (label multigpu; skipped with fewer): kvpoold --gpus=0,1, prefill on GPU 0, decode on
+// GPU 1. With peer access the move is a peer copy and the outputs equal a sequence that stayed on
+// GPU 0's pool bit for bit; without, it is refused with UNIMPLEMENTED (NCCL is not built yet) and
+// the sequence stays on pool 0. A receiver killed holding a move leaves nothing on either pool.
+TEST(ServiceMultiGpuTest, APrefillOnGpu0DecodedOnGpu1) {
+  int gpus = 0;
+  if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) GTEST_SKIP() << "needs two GPUs";
+  int peer = 0;
+  ASSERT_EQ(cudaDeviceCanAccessPeer(&peer, 1, 0), cudaSuccess);
+  ServiceOptions options;
+  options.backend = "cuda";
+  options.daemon_flags = {"--arena_mib=2048", "--gpus=0,1"};
+  options.prefill_workers = 0;
+  options.decode_workers = 0;
+  absl::StatusOr<std::unique_ptr<ServiceProcesses>> started = ServiceProcesses::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  ServiceProcesses& service = **started;
+  const auto worker = [&](const char* role, int gpu) {
+    return service.StartWorker(role, -1, {absl::StrCat("--gpu=", gpu)});
+  };
+  worker("prefill", 0);
+  worker("decode", 0);
+  const pid_t receiver = worker("decode", 1);
+  ASSERT_TRUE(service.WaitForWorkers(3, 30'000).ok());
+  ClientOptions stay_options = service.client_options("stay");
+  stay_options.cache_namespace = "stay";
+  ClientOptions move_options = service.client_options("move");
+  move_options.cache_namespace = "move";
+  Client stay(stay_options), move(move_options);
+  std::vector<int32_t> prompt(8000);
+  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i * 17 % 40000);
+  ASSERT_TRUE(stay.Prefill(1, prompt, nullptr, nullptr, {.pool = 0}).ok());
+  absl::StatusOr<PrefillResult> moved =
+      move.Prefill(2, prompt, nullptr, nullptr, {.pool = 0, .decode_pool = 1});
+  if (!peer) {
+    EXPECT_EQ(moved.status().code(), absl::StatusCode::kUnimplemented) << moved.status();
+    return;
+  }
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  ASSERT_TRUE(moved->migration.has_value() && moved->migration->error.ok());
+  EXPECT_EQ(moved->migration->transport, wire::Transport::PEER_COPY);
+  EXPECT_EQ(moved->pool, 1u);
+  for (int step = 0; step < 3; ++step) {
+    absl::StatusOr<DecodeResult> here = stay.Decode({{1, 50 + step, std::nullopt, nullptr, nullptr}});
+    absl::StatusOr<DecodeResult> there =
+        move.Decode({{2, 50 + step, std::nullopt, nullptr, nullptr}});
+    ASSERT_TRUE(here.ok() && there.ok()) << here.status() << there.status();
+    EXPECT_EQ(here->steps.at(0).out, there->steps.at(0).out) << "step " << step;
+    EXPECT_EQ(here->steps.at(0).topk, there->steps.at(0).topk) << "step " << step;
+  }
+  // Back to GPU 0, then to GPU 1 again with its receiver killed while it holds the move.
+  ASSERT_TRUE(move.Migrate(2, 0).ok());
+  ASSERT_EQ(::kill(receiver, SIGSTOP), 0);
+  EnvelopeBuilder m = move.NewRequest();
+  m.envelope().getBody().initMigrate().setSequence(2);
+  m.envelope().getBody().getMigrate().setToPool(1);
+  ASSERT_TRUE(move.Send(m).ok());
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  service.Stop(receiver, SIGKILL);
+  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = move.Receive(30'000);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_TRUE(absl::IsAborted(MigrationResultOf(**reply).status()));
+  absl::StatusOr<PoolStats> stats = move.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->pools.at(1).blocks_reserved, 0u);
+  EXPECT_EQ(stats->pools.at(1).blocks_used, 0u);
+  ASSERT_TRUE(move.Decode({{2, 60, std::nullopt, nullptr, nullptr}}).ok()) << "still on GPU 0";
+  ASSERT_TRUE(stay.Release(1).ok());
+  ASSERT_TRUE(move.Release(2).ok());
 }
 
 }  // namespace

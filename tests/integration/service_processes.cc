@@ -69,10 +69,10 @@ absl::StatusOr<std::unique_ptr<ServiceProcesses>> ServiceProcesses::Start(
     return i < static_cast<int>(pools.size()) ? pools[i] : -1;
   };
   for (int i = 0; i < options.prefill_workers; ++i) {
-    s->prefill_.push_back(s->StartWorker("prefill", pool_of(options.prefill_pools, i)));
+    s->StartWorker("prefill", pool_of(options.prefill_pools, i));
   }
   for (int i = 0; i < options.decode_workers; ++i) {
-    s->decode_.push_back(s->StartWorker("decode", pool_of(options.decode_pools, i)));
+    s->StartWorker("decode", pool_of(options.decode_pools, i));
   }
   RETURN_IF_ERROR(
       s->WaitForWorkers(static_cast<uint32_t>(options.prefill_workers + options.decode_workers),
@@ -101,13 +101,17 @@ ClientOptions ServiceProcesses::client_options(const std::string& name) const {
   return o;
 }
 
-pid_t ServiceProcesses::StartWorker(const std::string& role, int pool) {
+pid_t ServiceProcesses::StartWorker(const std::string& role, int pool,
+                                    std::vector<std::string> flags) {
   std::vector<std::string> args = {absl::StrCat("--role=", role),
                                    absl::StrCat("--backend=", backend_),
                                    absl::StrCat("--runtime_dir=", dir_)};
   if (pool >= 0) args.push_back(absl::StrCat("--pool=", pool));
   args.insert(args.end(), worker_flags_.begin(), worker_flags_.end());
-  return Spawn(KvpoolWorker(), std::move(args));
+  args.insert(args.end(), flags.begin(), flags.end());
+  const pid_t pid = Spawn(KvpoolWorker(), std::move(args));
+  (role == "prefill" ? prefill_ : decode_).push_back(pid);
+  return pid;
 }
 
 pid_t ServiceProcesses::Spawn(const std::string& binary, std::vector<std::string> args) {

@@ -42,8 +42,9 @@ class ServiceProcesses {
   const std::vector<pid_t>& prefill_workers() const { return prefill_; }
   const std::vector<pid_t>& decode_workers() const { return decode_; }
 
-  // Starts one more worker of `role` ("prefill" or "decode") for `pool` (-1: no --pool).
-  pid_t StartWorker(const std::string& role, int pool);
+  // Starts one more worker of `role` ("prefill" or "decode") for `pool` (-1: no --pool), with
+  // the options' worker flags and `flags`; it is listed with its role's workers.
+  pid_t StartWorker(const std::string& role, int pool, std::vector<std::string> flags = {});
   // Sends `signal` to a process and waits for it; its exit status (or 128 + signal).
   int Stop(pid_t pid, int signal);
   // Starts kvpoold again on the same runtime directory (after Stop).
