@@ -72,7 +72,7 @@ absl::Status CheckCapabilities(wire::Capabilities::Reader caps, const PoolSpec& 
 
 Broker::Broker(PoolSet* pools, const Clock* clock, BrokerOptions options)
     : pools_(pools), clock_(clock), options_(std::move(options)) {
-  options_.pool_gpus.resize(pools_->size(), options_.pool_gpus.empty() ? -1 : options_.pool_gpus.back());
+  options_.pool_gpus.resize(pools_->size(), -1);
   options_.fd_channel_paths.resize(pools_->size());
 }
 
@@ -189,7 +189,14 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
   if (plan.slots.empty()) {  // every token was a prefix hit
     RETURN_IF_ERROR(sequences.Commit(seq));
     if (decode_pool.has_value()) {
-      return StartMigration(seq, *decode_pool, from, id, lease, /*after_prefill=*/true, hits, out);
+      // Committed: a move that cannot start is said in the reply, never as the prefill's error.
+      const absl::Status started =
+          StartMigration(seq, *decode_pool, from, id, lease, /*after_prefill=*/true, hits, out);
+      if (!started.ok()) {
+        const Migration failed{.from = pool, .to = *decode_pool};
+        ReplyPrefill(from, id, seq, hits, &failed, started, 0, out);
+      }
+      return absl::OkStatus();
     }
     ReplyPrefill(from, id, seq, hits, nullptr, absl::OkStatus(), 0, out);
     return absl::OkStatus();

@@ -50,7 +50,8 @@ inline constexpr size_t kMaxDecodeSteps = wire::MAX_DECODE_STEPS;
 
 struct BrokerOptions {
   ModelConfig model;
-  // Per pool: its GPU (-1: a host memfd pool) and the fd channel its workers fetch it from.
+  // Per pool: its GPU (-1: a host memfd pool) and the fd channel its workers fetch it from. Pools
+  // without an entry (tests of the bookkeeping alone) are host pools without a channel.
   std::vector<int32_t> pool_gpus = {-1};
   std::vector<std::string> fd_channel_paths = {""};
   int heartbeat_millis = 1000;                 // what workers are told to use
@@ -85,7 +86,7 @@ using Outbox = std::vector<Outgoing>;
 
 class Broker {
  public:
-  // REQUIRES: pools and clock outlive the broker; options has an entry per pool.
+  // REQUIRES: pools and clock outlive the broker.
   Broker(PoolSet* pools, const Clock* clock, BrokerOptions options);
 
   // One message from the ROUTER peer `from`. Every request gets exactly one reply (now, or when

@@ -430,6 +430,35 @@ TEST_F(BrokerPoolsTest, BadPoolsAndMissingWorkersGetTypedErrors) {
   EXPECT_THAT(split.message(), HasSubstr("pool"));
 }
 
+TEST_F(BrokerPoolsTest, AMoveThatCannotStartIsSaidInThePrefillsReplyNotAsItsError) {
+  Register("p0", wire::Role::PREFILL, 0);
+  Register("p1", wire::Role::PREFILL, 1);
+  Register("d1", wire::Role::DECODE, 1);
+  // Pool 1 full of another sequence, in another namespace (else it would hold the very blocks).
+  EnvelopeBuilder fill = Prefill(5, 9, 100 * 64);
+  fill.envelope().getBody().getPrefill().setPool(1);
+  fill.envelope().getBody().getPrefill().setCacheNamespace("other");
+  auto job = Send("c", fill);
+  ASSERT_EQ(job.size(), 1u);
+  Send(job[0].first, Done(job[0].second->envelope().getBody().getPrefillJob().getJob()));
+  ASSERT_EQ(Counts(1).used, 100);
+  // Sequence 2's prompt is all prefix hits on pool 0: committed at once, its move cannot fit.
+  ASSERT_EQ(PrefillOnPool0(6, 1, -1).size(), 1u);
+  EnvelopeBuilder hits = Prefill(7, 2, 64);
+  hits.envelope().getBody().getPrefill().setPool(0);
+  hits.envelope().getBody().getPrefill().setDecodePool(1);
+  auto replies = Send("c", hits);
+  ASSERT_EQ(replies.size(), 1u);
+  ASSERT_TRUE(replies[0].second->envelope().getBody().isPrefillReply());
+  const auto p = replies[0].second->envelope().getBody().getPrefillReply();
+  EXPECT_EQ(p.getPrefixHitTokens(), 64u);
+  EXPECT_EQ(p.getPool(), 0u);
+  ASSERT_TRUE(p.getMigration().hasError());
+  EXPECT_EQ(StatusFromWire(p.getMigration().getError()).code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(Counts(1).reserved, 0);
+}
+
 TEST_F(BrokerPoolsTest, HealthAndStatsArePerPool) {
   Register("p0", wire::Role::PREFILL, 0);
   Register("d1", wire::Role::DECODE, 1);
