@@ -58,7 +58,7 @@ std::string RenderPrometheus(const BrokerMetrics& m, const PoolGauges& g) {
   }
   Header(out, "kvpool_leases", "gauge", "Live leases (workers and clients).");
   absl::StrAppend(&out, "kvpool_leases ", g.leases, "\n");
-  Header(out, "kvpool_sequences", "gauge", "Sequences living in each pool.");
+  Header(out, "kvpool_sequences", "gauge", "Sequences in each pool (a move in flight counts at both ends).");
   for (size_t i = 0; i < g.pools.size(); ++i) {
     absl::StrAppend(&out, "kvpool_sequences{", labels(i), "} ", g.pools[i].sequences, "\n");
   }
