@@ -184,9 +184,9 @@ void Broker::Dispatch(Outbox& out) {
                              JobKind::kMigrate};
     for (JobKind kind : kinds) {
       auto& queue = queues_[static_cast<int>(kind)];
-      const auto next = std::find_if(queue.begin(), queue.end(), [&](JobId id) {
-        return jobs_.at(id).pool == worker.pool;
-      });
+      const PoolIndex pool = worker.pool;  // a structured binding: lambdas capture a copy
+      const auto next = std::find_if(queue.begin(), queue.end(),
+                                     [&](JobId id) { return jobs_.at(id).pool == pool; });
       if (next == queue.end()) continue;
       const JobId id = *next;
       queue.erase(next);
