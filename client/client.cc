@@ -66,16 +66,6 @@ MigrationResult MigrationFromWire(wire::MigrationReport::Reader m) {
 
 }  // namespace
 
-const char* TransportName(wire::Transport transport) {
-  switch (transport) {
-    case wire::Transport::NONE: return "none";
-    case wire::Transport::HOST: return "host";
-    case wire::Transport::PEER_COPY: return "peer_copy";
-    case wire::Transport::NCCL: return "nccl";
-  }
-  return "unknown";
-}
-
 Client::Client(ClientOptions options)
     : options_(WithDefaults(std::move(options))),
       context_(1),

@@ -23,6 +23,7 @@
 #include "protocol/dealer.h"
 #include "protocol/outputs_codec.h"
 #include "protocol/spec_codec.h"
+#include "protocol/transport_names.h"
 
 namespace kvp {
 
@@ -58,7 +59,6 @@ struct MigrationResult {
   int64_t length = 0;          // the sequence's tokens (Migrate)
   absl::Status error;          // a prefill's move that failed: the sequence stays on from_pool
 };
-const char* TransportName(wire::Transport transport);
 
 struct PrefillResult {
   int64_t length = 0;

@@ -10,21 +10,9 @@
 #include "base/status_macros.h"
 #include "daemon/broker.h"  // the class whose members these are
 #include "protocol/status_codec.h"
+#include "protocol/transport_names.h"
 
 namespace kvp {
-namespace {
-
-const char* TransportName(wire::Transport t) {
-  switch (t) {
-    case wire::Transport::NONE: return "none";
-    case wire::Transport::HOST: return "host";
-    case wire::Transport::PEER_COPY: return "peer_copy";
-    case wire::Transport::NCCL: return "nccl";
-  }
-  return "unknown";
-}
-
-}  // namespace
 
 absl::StatusOr<PoolIndex> Broker::HomeOf(SeqId seq) const {
   const std::optional<PoolIndex> home = pools_->Home(seq);
