@@ -47,6 +47,7 @@ absl::StatusOr<std::vector<BlockId>> BlockAllocator::Reserve(LeaseId lease, int 
     h.reserved.insert(b);
     ++counts_.reserved;
     out.push_back(b);
+    ReserveChanged(b);
   }
   return out;
 }
@@ -54,7 +55,10 @@ absl::StatusOr<std::vector<BlockId>> BlockAllocator::Reserve(LeaseId lease, int 
 void BlockAllocator::Evict(BlockId b) {
   Block& blk = blocks_[b];
   lru_.erase(blk.lru);
-  if (blk.indexed) prefix_index_.erase(blk.prefix.hash);
+  if (blk.indexed) {
+    prefix_index_.erase(blk.prefix.hash);
+    IndexChanged(b);
+  }
   blk.indexed = false;
   blk.prefix = PrefixKey();
   --counts_.cached;
@@ -69,6 +73,7 @@ absl::Status BlockAllocator::Commit(LeaseId lease, BlockId block, std::optional<
   }
   LeaseHoldings& h = leases_[lease];
   h.reserved.erase(block);
+  ReserveChanged(block);
   ++h.refs[block];
   blk.state = State::kUsed;
   blk.refs = 1;
@@ -78,6 +83,7 @@ absl::Status BlockAllocator::Commit(LeaseId lease, BlockId block, std::optional<
     prefix_index_.emplace(prefix->hash, block);
     blk.indexed = true;
     blk.prefix = *std::move(prefix);
+    IndexChanged(block);
   }
   return absl::OkStatus();
 }
@@ -92,6 +98,7 @@ absl::Status BlockAllocator::Index(BlockId block, PrefixKey prefix) {
   prefix_index_.emplace(prefix.hash, block);
   blk.indexed = true;
   blk.prefix = std::move(prefix);
+  IndexChanged(block);
   return absl::OkStatus();
 }
 
@@ -103,6 +110,7 @@ absl::Status BlockAllocator::Abort(LeaseId lease, BlockId block) {
         absl::StrCat("block ", block, " is not reserved by lease ", lease));
   }
   leases_[lease].reserved.erase(block);
+  ReserveChanged(block);
   blk.state = State::kFree;
   blk.reserved_by = 0;
   free_.push_back(block);
@@ -179,6 +187,7 @@ int64_t BlockAllocator::ReleaseLease(LeaseId lease) {
   leases_.erase(it);
   int64_t dropped = 0;
   for (BlockId block : h.reserved) {
+    ReserveChanged(block);
     Block& blk = blocks_[block];
     blk.state = State::kFree;
     blk.reserved_by = 0;
@@ -215,6 +224,80 @@ absl::flat_hash_map<LeaseId, LeaseHoldings> BlockAllocator::Holdings() const {
     if (!h.empty()) out.emplace(lease, h);
   }
   return out;
+}
+
+std::vector<std::pair<BlockId, PrefixKey>> BlockAllocator::Indexed() const {
+  std::vector<std::pair<BlockId, PrefixKey>> out;
+  out.reserve(prefix_index_.size());
+  for (BlockId b : lru_) out.emplace_back(b, blocks_[b].prefix);
+  for (BlockId b = 0; b < num_blocks(); ++b) {
+    if (blocks_[b].indexed && blocks_[b].state == State::kUsed) {
+      out.emplace_back(b, blocks_[b].prefix);
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<BlockAllocator> BlockAllocator::Restore(
+    int32_t num_blocks, std::vector<std::pair<BlockId, PrefixKey>> indexed,
+    const std::vector<std::pair<LeaseId, BlockId>>& refs, const std::vector<BlockId>& reserved,
+    LeaseId reserved_by) {
+  BlockAllocator a(num_blocks);
+  const auto in_range = [&](BlockId b) { return b >= 0 && b < num_blocks; };
+  for (BlockId b : reserved) {
+    if (!in_range(b) || a.blocks_[b].state != State::kFree) {
+      return absl::DataLossError(absl::StrCat("block ", b, " is reserved twice or out of range"));
+    }
+    a.blocks_[b].state = State::kReserved;
+    a.blocks_[b].reserved_by = reserved_by;
+    a.leases_[reserved_by].reserved.insert(b);
+  }
+  for (const auto& [lease, b] : refs) {
+    if (!in_range(b) || a.blocks_[b].state == State::kReserved) {
+      return absl::DataLossError(absl::StrCat("a sequence references block ", b, " of a pool of ",
+                                              num_blocks, ", out of range or reserved"));
+    }
+    Block& blk = a.blocks_[b];
+    blk.state = State::kUsed;
+    ++blk.refs;
+    ++a.leases_[lease].refs[b];
+  }
+  for (auto& [b, key] : indexed) {
+    if (!in_range(b) || a.blocks_[b].indexed || a.blocks_[b].state == State::kReserved) {
+      return absl::DataLossError(
+          absl::StrCat("block ", b, " is indexed twice, reserved or out of range"));
+    }
+    if (!a.prefix_index_.emplace(key.hash, b).second) {
+      return absl::DataLossError(absl::StrCat("two blocks are indexed under hash ", key.hash));
+    }
+    Block& blk = a.blocks_[b];
+    blk.indexed = true;
+    blk.prefix = std::move(key);
+    if (blk.state == State::kFree) {
+      blk.state = State::kCached;
+      blk.lru = a.lru_.insert(a.lru_.end(), b);
+    }
+  }
+  a.free_.clear();
+  a.counts_ = PoolCounts();
+  for (BlockId b = num_blocks - 1; b >= 0; --b) {
+    switch (a.blocks_[b].state) {
+      case State::kFree:
+        a.free_.push_back(b);
+        ++a.counts_.free;
+        break;
+      case State::kUsed:
+        ++a.counts_.used;
+        break;
+      case State::kCached:
+        ++a.counts_.cached;
+        break;
+      case State::kReserved:
+        ++a.counts_.reserved;
+        break;
+    }
+  }
+  return a;
 }
 
 absl::Status BlockAllocator::CheckInvariants() const {

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <list>
 #include <optional>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -107,6 +108,30 @@ class BlockAllocator {
   // Every lease's holdings that are not empty, copied: for checks against the sequence tables.
   absl::flat_hash_map<LeaseId, LeaseHoldings> Holdings() const;
 
+  // ---- Persistence (kvpoold's state log, docs/design.md §9) ----
+  // From now on every block that enters or leaves the prefix index is added to `indexed`, every
+  // block reserved or no longer reserved to `reserved` (null: stop). REQUIRES: the sets outlive
+  // the allocator or the next call.
+  void TrackChanges(absl::flat_hash_set<BlockId>* indexed, absl::flat_hash_set<BlockId>* reserved) {
+    index_changes_ = indexed;
+    reserve_changes_ = reserved;
+  }
+  bool IsReserved(BlockId block) const {
+    return block >= 0 && block < num_blocks() && blocks_[block].state == State::kReserved;
+  }
+  // Every indexed block and its key: cached ones first, least recently released first, then the
+  // used ones.
+  std::vector<std::pair<BlockId, PrefixKey>> Indexed() const;
+  // A pool as the log recorded it: `indexed` blocks in the order Indexed() gives, one reference
+  // per (lease, block) entry of `refs`, and `reserved` blocks reserved by `reserved_by`.
+  // Referenced blocks are used, indexed ones without references cached, the rest free.
+  // DATA_LOSS for a block out of range, indexed twice, reserved and committed, or two blocks
+  // under one hash.
+  static absl::StatusOr<BlockAllocator> Restore(
+      int32_t num_blocks, std::vector<std::pair<BlockId, PrefixKey>> indexed,
+      const std::vector<std::pair<LeaseId, BlockId>>& refs, const std::vector<BlockId>& reserved,
+      LeaseId reserved_by);
+
  private:
   enum class State : uint8_t { kFree, kReserved, kUsed, kCached };
   struct Block {
@@ -120,6 +145,12 @@ class BlockAllocator {
 
   absl::Status CheckBlock(BlockId block) const;
   void Evict(BlockId block);    // cached -> free-floating (caller reuses it)
+  void IndexChanged(BlockId block) {
+    if (index_changes_ != nullptr) index_changes_->insert(block);
+  }
+  void ReserveChanged(BlockId block) {
+    if (reserve_changes_ != nullptr) reserve_changes_->insert(block);
+  }
   void DropRef(BlockId block);  // one reference less, state follows
 
   std::vector<Block> blocks_;
@@ -128,6 +159,8 @@ class BlockAllocator {
   absl::flat_hash_map<uint64_t, BlockId> prefix_index_;
   absl::flat_hash_map<LeaseId, LeaseHoldings> leases_;
   PoolCounts counts_;
+  absl::flat_hash_set<BlockId>* index_changes_ = nullptr;
+  absl::flat_hash_set<BlockId>* reserve_changes_ = nullptr;
 };
 
 }  // namespace kvp

@@ -1,5 +1,7 @@
 #include "kvpool/pool/pool.h"
 
+#include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -26,11 +28,68 @@ Pool::Pool(BlockLayout layout, int32_t num_blocks)
 void Pool::ForgetLease(LeaseId lease) {
   sequences_.ForgetLease(lease);
   blocks_.ReleaseLease(lease);
+  if (lease == quarantine_ && quarantine_ != 0) {
+    quarantine_ = 0;
+    quarantined_ = LeaseHoldings();
+  }
+}
+
+void Pool::TrackChanges() {
+  tracking_ = true;
+  blocks_.TrackChanges(&changes_.indexed, &changes_.reserved);
+  sequences_.TrackChanges(&changes_.sequences);
+}
+
+PoolImage Pool::Capture() const {
+  PoolImage image;
+  image.indexed = blocks_.Indexed();
+  for (BlockId b = 0; b < blocks_.num_blocks(); ++b) {
+    if (blocks_.IsReserved(b)) image.reserved.push_back(b);
+  }
+  std::vector<SeqId> ids = sequences_.Ids();
+  std::sort(ids.begin(), ids.end());
+  image.sequences.reserve(ids.size());
+  for (SeqId seq : ids) {
+    if (std::optional<CommittedSequence> c = sequences_.Committed(seq); c.has_value()) {
+      image.sequences.emplace_back(seq, *std::move(c));
+    }
+  }
+  return image;
+}
+
+absl::Status Pool::Restore(PoolImage image, LeaseId quarantine) {
+  std::vector<std::pair<LeaseId, BlockId>> refs;
+  for (const auto& [seq, c] : image.sequences) {
+    for (BlockId b : c.image.blocks) refs.emplace_back(c.owner, b);
+  }
+  const int32_t num_blocks = blocks_.num_blocks();
+  absl::Status restored = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(blocks_, BlockAllocator::Restore(num_blocks, std::move(image.indexed), refs,
+                                                      image.reserved, quarantine));
+    sequences_ = SequenceTable(&blocks_, layout_.spec().block_size);
+    quarantine_ = quarantine;
+    quarantined_ = LeaseHoldings();
+    quarantined_.reserved.insert(image.reserved.begin(), image.reserved.end());
+    for (auto& [seq, c] : image.sequences) RETURN_IF_ERROR(sequences_.Restore(seq, std::move(c)));
+    if (absl::Status s = CheckInvariants(); !s.ok()) return absl::DataLossError(s.message());
+    return absl::OkStatus();
+  }();
+  if (!restored.ok()) {
+    blocks_ = BlockAllocator(num_blocks);
+    sequences_ = SequenceTable(&blocks_, layout_.spec().block_size);
+    quarantine_ = 0;
+    quarantined_ = LeaseHoldings();
+  }
+  changes_ = PoolChanges();
+  if (tracking_) TrackChanges();  // the tables were replaced
+  return restored;
 }
 
 absl::Status Pool::CheckInvariants() const {
   RETURN_IF_ERROR(blocks_.CheckInvariants());
-  return sequences_.CheckAgainst(blocks_);
+  absl::flat_hash_map<LeaseId, LeaseHoldings> outside_tables;
+  if (quarantine_ != 0 && !quarantined_.empty()) outside_tables[quarantine_] = quarantined_;
+  return sequences_.CheckAgainst(blocks_, outside_tables);
 }
 
 }  // namespace kvp

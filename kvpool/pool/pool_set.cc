@@ -72,6 +72,20 @@ size_t PoolSet::num_sequences() const {
   return n;
 }
 
+void PoolSet::TrackChanges() {
+  tracking_ = true;
+  for (auto& pool : pools_) pool->TrackChanges();
+  leases_.TrackChanges(&lease_changes_);
+}
+
+PoolSet::Changes PoolSet::TakeChanges() {
+  Changes changes;
+  changes.pools.reserve(pools_.size());
+  for (auto& pool : pools_) changes.pools.push_back(pool->TakeChanges());
+  changes.leases = std::exchange(lease_changes_, {});
+  return changes;
+}
+
 absl::Status PoolSet::CheckInvariants() const {
   absl::flat_hash_set<SeqId> homes;
   for (PoolIndex i = 0; i < pools_.size(); ++i) {

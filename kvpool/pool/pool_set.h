@@ -13,6 +13,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "kvpool/pool/clock.h"
 #include "kvpool/pool/lease_table.h"
@@ -50,6 +51,17 @@ class PoolSet {
   int64_t HeldBy(LeaseId lease) const;
   size_t num_sequences() const;  // homes only
 
+  // ---- Persistence (kvpoold's state log, docs/design.md §9) ----
+  struct Changes {
+    std::vector<PoolChanges> pools;     // one per pool
+    absl::flat_hash_set<LeaseId> leases;  // client leases granted or ended
+  };
+  // Starts recording what changes in the pools' committed state and the client leases.
+  void TrackChanges();
+  bool tracking_changes() const { return tracking_; }
+  // What changed since the last call (or TrackChanges).
+  Changes TakeChanges();
+
   // Every pool's invariants, and that no sequence has two homes. O(blocks).
   absl::Status CheckInvariants() const;
 
@@ -59,6 +71,8 @@ class PoolSet {
 
   std::vector<std::unique_ptr<Pool>> pools_;
   LeaseTable leases_;
+  absl::flat_hash_set<LeaseId> lease_changes_;
+  bool tracking_ = false;
 };
 
 }  // namespace kvp

@@ -197,6 +197,7 @@ absl::Status SequenceTable::Commit(SeqId seq) {
     s->tail_digests = std::move(image.tail_digests);
     s->has_pending = false;
     s->pending = Pending();
+    Changed(seq);
     return absl::OkStatus();
   }
   // Walk the appended tokens block by block, extending the prefix chain; a block that fills up
@@ -238,6 +239,7 @@ absl::Status SequenceTable::Commit(SeqId seq) {
   s->length = pos;
   s->has_pending = false;
   s->pending = Pending();
+  Changed(seq);
   return absl::OkStatus();
 }
 
@@ -276,6 +278,7 @@ absl::Status SequenceTable::Fork(SeqId src, SeqId dst, LeaseId lease) {
   copy.scope = from->scope;
   for (BlockId b : copy.blocks) RETURN_IF_ERROR(allocator_->AddRef(lease, b));
   seqs_.emplace(dst, std::move(copy));
+  Changed(dst);
   return absl::OkStatus();
 }
 
@@ -286,11 +289,14 @@ absl::Status SequenceTable::Release(SeqId seq) {
   if (it == seqs_.end()) return absl::OkStatus();  // an aborted first append removed it
   for (BlockId b : it->second.blocks) RETURN_IF_ERROR(allocator_->Release(it->second.owner, b));
   seqs_.erase(it);
+  Changed(seq);
   return absl::OkStatus();
 }
 
-absl::Status SequenceTable::CheckAgainst(const BlockAllocator& allocator) const {
-  absl::flat_hash_map<LeaseId, LeaseHoldings> expected;
+absl::Status SequenceTable::CheckAgainst(
+    const BlockAllocator& allocator,
+    const absl::flat_hash_map<LeaseId, LeaseHoldings>& outside) const {
+  absl::flat_hash_map<LeaseId, LeaseHoldings> expected = outside;
   for (const auto& [id, s] : seqs_) {
     LeaseHoldings& h = expected[s.owner];
     const std::vector<BlockId>& reserved = s.pending.plan.reserved;
@@ -324,8 +330,62 @@ absl::Status SequenceTable::CheckAgainst(const BlockAllocator& allocator) const 
 }
 
 int64_t SequenceTable::ForgetLease(LeaseId lease) {
-  return static_cast<int64_t>(
-      absl::erase_if(seqs_, [lease](const auto& entry) { return entry.second.owner == lease; }));
+  return static_cast<int64_t>(absl::erase_if(seqs_, [&](const auto& entry) {
+    if (entry.second.owner != lease) return false;
+    Changed(entry.first);
+    return true;
+  }));
+}
+
+std::optional<CommittedSequence> SequenceTable::Committed(SeqId seq) const {
+  auto it = seqs_.find(seq);
+  if (it == seqs_.end()) return std::nullopt;
+  const Sequence& s = it->second;
+  // A pending append leaves length, chain hash and tail as committed, and changes the block
+  // table only past the committed blocks, apart from a copy-on-write of the last one.
+  size_t committed_blocks = s.blocks.size();
+  if (s.has_pending) {
+    if (s.pending.import.has_value()) return std::nullopt;
+    committed_blocks = s.pending.old_block_count;
+  }
+  if (s.length == 0 && committed_blocks == 0) return std::nullopt;
+  CommittedSequence c{.owner = s.owner,
+                      .image = {.scope = s.scope,
+                                .length = s.length,
+                                .full_hash = s.full_hash,
+                                .tail = s.tail,
+                                .tail_digests = s.tail_digests,
+                                .blocks = {s.blocks.begin(), s.blocks.begin() + committed_blocks},
+                                .keys = {}}};
+  if (s.has_pending && !s.pending.plan.copies.empty()) {
+    c.image.blocks.back() = s.pending.plan.copies.front().first;
+  }
+  return c;
+}
+
+absl::Status SequenceTable::Restore(SeqId seq, CommittedSequence c) {
+  const SequenceImage& image = c.image;
+  const int64_t tail = image.length % block_size_;
+  if (image.length <= 0 ||
+      static_cast<int64_t>(image.blocks.size()) != BlocksForTokens(image.length, block_size_) ||
+      static_cast<int64_t>(image.tail.size()) != tail ||
+      image.tail_digests.size() != image.tail.size()) {
+    return absl::DataLossError(absl::StrCat("sequence ", seq, ": ", image.length, " tokens in ",
+                                            image.blocks.size(), " blocks with a tail of ",
+                                            image.tail.size(), " do not agree"));
+  }
+  Sequence s;
+  s.owner = c.owner;
+  s.blocks = std::move(c.image.blocks);
+  s.length = image.length;
+  s.full_hash = image.full_hash;
+  s.tail = std::move(c.image.tail);
+  s.tail_digests = std::move(c.image.tail_digests);
+  s.scope = image.scope;
+  if (!seqs_.emplace(seq, std::move(s)).second) {
+    return absl::DataLossError(absl::StrCat("sequence ", seq, " is restored twice"));
+  }
+  return absl::OkStatus();
 }
 
 std::vector<SeqId> SequenceTable::Ids() const {

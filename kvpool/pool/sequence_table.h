@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "kvpool/pool/block_allocator.h"
@@ -53,6 +54,13 @@ struct SequenceImage {
   // Per block: the key it is indexed under in the source pool, if any; the destination indexes
   // it the same way, and takes a block it already holds under that key instead of a copy.
   std::vector<std::optional<PrefixKey>> keys;
+};
+
+// A sequence as it was last committed, with its owner: what kvpoold's state log keeps of it
+// (docs/design.md §9). `image.keys` is empty: the log keeps the prefix index apart.
+struct CommittedSequence {
+  LeaseId owner = 0;
+  SequenceImage image;
 };
 
 // The block copies an import needs: image.blocks[i] of the source pool onto `target`.
@@ -118,10 +126,23 @@ class SequenceTable {
   // Every sequence here, imports in flight included; in no particular order.
   std::vector<SeqId> Ids() const;
 
+  // ---- Persistence (kvpoold's state log, docs/design.md §9) ----
+  // From now on every sequence whose committed state changes (commit, fork, release, a lease's
+  // end) is added to `changed` (null: stop). REQUIRES: `changed` outlives the table or the next call.
+  void TrackChanges(absl::flat_hash_set<SeqId>* changed) { changes_ = changed; }
+  // `seq` as last committed, pending appends not included; nullopt when nothing of it is
+  // committed (unknown, an import in flight, a first append not committed yet).
+  std::optional<CommittedSequence> Committed(SeqId seq) const;
+  // Adds a committed sequence without touching the allocator (BlockAllocator::Restore holds its
+  // references). DATA_LOSS when its blocks, tail and length disagree or it exists already.
+  absl::Status Restore(SeqId seq, CommittedSequence committed);
+
   // OK when the allocator's holdings are exactly what the tables say: each lease reserves its
   // pending appends' new blocks and references its sequences' other blocks (once per sequence),
   // plus the block a pending copy-on-write replaced. O(blocks). For tests and fuzzers.
-  absl::Status CheckAgainst(const BlockAllocator& allocator) const;
+  // `outside` adds what leases hold apart from any table (a restart's quarantine, pool.h).
+  absl::Status CheckAgainst(const BlockAllocator& allocator,
+                            const absl::flat_hash_map<LeaseId, LeaseHoldings>& outside = {}) const;
   size_t size() const { return seqs_.size(); }
 
  private:
@@ -149,10 +170,14 @@ class SequenceTable {
   };
 
   absl::StatusOr<Sequence*> Find(SeqId seq);
+  void Changed(SeqId seq) {
+    if (changes_ != nullptr) changes_->insert(seq);
+  }
 
   BlockAllocator* allocator_;
   int32_t block_size_;
   absl::flat_hash_map<SeqId, Sequence> seqs_;
+  absl::flat_hash_set<SeqId>* changes_ = nullptr;
 };
 
 }  // namespace kvp
