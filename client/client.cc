@@ -115,7 +115,11 @@ absl::StatusOr<PoolStats> Client::Stats() {
                    .client_blocks = s.getClientBlocks(),
                    .client_requests_in_flight = s.getClientRequestsInFlight(),
                    .rejected_nonfinite = s.getRejectedNonFinite(),
-                   .pools = PoolStatesFromWire(s.getPools())};
+                   .pools = PoolStatesFromWire(s.getPools()),
+                   .recovery = {.state_dir = s.getRecovery().getStateDir(),
+                                .sequences = s.getRecovery().getSequences(),
+                                .blocks = s.getRecovery().getBlocks(),
+                                .micros = s.getRecovery().getMicros()}};
 }
 
 absl::Status Client::Heartbeat() {

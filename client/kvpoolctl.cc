@@ -252,6 +252,14 @@ absl::Status Run(const std::vector<char*>& args) {
         (unsigned long long)h.client_max_blocks, s.client_requests_in_flight,
         h.client_max_requests, SettingsLine(h.spec, h.model).c_str());
     for (const PoolState& p : s.pools) std::printf("%s\n", PoolLine(p).c_str());
+    if (s.recovery.state_dir) {
+      std::printf("last start: recovered %llu sequences and %llu blocks, serving %.1f ms after "
+                  "start\n",
+                  (unsigned long long)s.recovery.sequences, (unsigned long long)s.recovery.blocks,
+                  s.recovery.micros / 1e3);
+    } else {
+      std::printf("last start: no --state_dir, the cache does not survive a restart\n");
+    }
     return absl::OkStatus();
   }
   if (command == "prefill") {

@@ -71,30 +71,42 @@ absl::Status CheckCapabilities(wire::Capabilities::Reader caps, const PoolSpec& 
 }  // namespace
 
 Broker::Broker(PoolSet* pools, const Clock* clock, BrokerOptions options)
-    : pools_(pools), clock_(clock), options_(std::move(options)) {
+    : pools_(pools),
+      clock_(clock),
+      options_(std::move(options)),
+      digester_(options_.digest_key.has_value() ? ContentDigester(*options_.digest_key)
+                                                : ContentDigester()) {
   options_.pool_gpus.resize(pools_->size(), -1);
   options_.fd_channel_paths.resize(pools_->size());
+  // Client leases recovered from the state log keep their clients' names.
+  for (const LeaseTable::ClientLease& lease : pools_->leases().ClientLeases()) {
+    client_leases_[lease.client] = lease.id;
+    client_identities_[lease.id] = lease.client;
+  }
 }
 
 // ---- Messages in ----
 
-void Broker::Handle(const std::string& from, std::vector<zmq::message_t> frames, Outbox& out) {
+const char* Broker::Handle(const std::string& from, std::vector<zmq::message_t> frames,
+                           Outbox& out) {
   uint64_t readable_id = 0;
   absl::StatusOr<std::unique_ptr<ParsedEnvelope>> parsed =
       ParseEnvelope(std::move(frames), options_.limits, &readable_id);
   if (!parsed.ok()) {
     ++metrics_.requests["malformed"];
     ReplyError(out, from, readable_id, parsed.status());
-    return;
+    return "malformed";
   }
   const wire::Envelope::Reader envelope = (*parsed)->envelope();
   const char* kind = BodyName(envelope.getBody().which());
+  const char* body = BodyFieldName(envelope.getBody().which());
+  if (receive_hook_) receive_hook_(body);
   ++metrics_.requests[kind];
   absl::Status status = RunGuarded([&] { return Route(from, envelope, out); });
   if (absl::IsInternal(status)) {
     spdlog::error("{} from {} failed: {}", kind, from, status.ToString());
   }
-  if (status.ok()) return;
+  if (status.ok()) return body;
   // A client that names the epoch it last heard from learns why its sequence is unknown.
   const uint64_t seen = envelope.getEpoch();
   if (absl::IsNotFound(status) && seen != 0 && seen != options_.epoch) {
@@ -104,6 +116,7 @@ void Broker::Handle(const std::string& from, std::vector<zmq::message_t> frames,
         ") did not keep its sequences; prefill again"));
   }
   ReplyError(out, from, envelope.getRequestId(), status);
+  return body;
 }
 
 absl::Status Broker::Route(const std::string& from, wire::Envelope::Reader envelope,
@@ -499,6 +512,11 @@ void Broker::ReplyStats(const std::string& from, uint64_t id, Outbox& out) {
   s.setClientRequestsInFlight(static_cast<uint32_t>(usage.requests));
   s.setRejectedNonFinite(metrics_.rejected_nonfinite);
   FillPoolStates(s.initPools(pools_->size()));
+  auto recovery = s.initRecovery();
+  recovery.setSequences(recovered_.sequences);
+  recovery.setBlocks(recovered_.blocks);
+  recovery.setMicros(recovered_.micros);
+  recovery.setStateDir(pools_->tracking_changes());
   Reply(out, from, std::move(reply));
 }
 
@@ -545,8 +563,8 @@ absl::Status Broker::HandleRegister(const std::string& from, uint64_t id,
     EndWorker(it->second, "registered again", out);
   }
   const Role role = r.getRole() == wire::Role::PREFILL ? Role::kPrefill : Role::kDecode;
-  const LeaseId lease = pools_->leases().Grant(
-      absl::StrCat(RoleName(role), " worker pid ", r.getPid()));
+  const LeaseId lease = pools_->leases().GrantWorker(
+      absl::StrCat(RoleName(role), " worker pid ", r.getPid()), r.getPid());
   workers_.emplace(lease, Worker{.identity = from,
                                  .role = role,
                                  .pool = pool,
@@ -613,7 +631,8 @@ absl::Status Broker::HandleJobEnd(const std::string& from, JobId job, const absl
 
 void Broker::Reply(Outbox& out, const std::string& to, EnvelopeBuilder message) {
   message.envelope().setEpoch(options_.epoch);
-  out.push_back({to, message.Frame()});
+  const char* kind = BodyFieldName(message.envelope().getBody().which());
+  out.push_back({to, message.Frame(), kind});
 }
 
 void Broker::ReplyError(Outbox& out, const std::string& to, uint64_t id,

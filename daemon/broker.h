@@ -25,6 +25,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -65,6 +66,9 @@ struct BrokerOptions {
   int64_t client_max_blocks = 0;
   int client_max_requests = 256;
   bool allow_nonfinite = false;  // tests only: NaN and Inf in client tensors are stored as sent
+  // The content digest key (protocol/content_digest.h); none: a fresh one. A kvpoold that
+  // recovered its pools passes the key they were written under, so their blocks stay findable.
+  std::optional<ContentDigester::Key> digest_key;
 };
 
 // A peer is named by the endpoint it came through and its routing id, so that no remote client
@@ -81,6 +85,7 @@ inline bool IsRemotePeer(absl::string_view peer) {
 struct Outgoing {
   std::string to;
   std::vector<zmq::message_t> frames;
+  const char* kind = "";  // its body's name (BodyFieldName): for logs and crash points
 };
 using Outbox = std::vector<Outgoing>;
 
@@ -92,7 +97,12 @@ class Broker {
   // One message from the ROUTER peer `from`. Every request gets exactly one reply (now, or when
   // its job ends), carrying this kvpoold's epoch; bad input gets an error reply naming what is
   // wrong. Never throws: a handler's failure is that request's INTERNAL error and a log line.
-  void Handle(const std::string& from, std::vector<zmq::message_t> frames, Outbox& out);
+  // Returns the message's body kind (BodyFieldName; "malformed" when it did not parse).
+  const char* Handle(const std::string& from, std::vector<zmq::message_t> frames, Outbox& out);
+  // Called with a message's body kind once it has parsed, before it is handled (crash points).
+  void set_receive_hook(std::function<void(const char* kind)> hook) {
+    receive_hook_ = std::move(hook);
+  }
 
   // Reaps expired leases (re-queuing or failing their jobs) and dispatches queued jobs.
   void Tick(Outbox& out);
@@ -103,6 +113,18 @@ class Broker {
   bool Idle() const { return jobs_.empty(); }
 
   std::string MetricsText() const;
+  const ContentDigester::Key& digest_key() const { return digester_.key(); }
+  // What the last start recovered (kvpoold's state log), for Stats and /metrics.
+  struct Recovered {
+    uint64_t sequences = 0;
+    uint64_t blocks = 0;
+    uint64_t micros = 0;
+  };
+  void set_recovered(const Recovered& recovered) { recovered_ = recovered; }
+  // After a restart (docs/design.md §9): the blocks a job of the last kvpoold may still be writing
+  // are held by `lease` (Pool::Restore's quarantine) until every worker process in `pids` has
+  // registered again (its old job is over) or exited, or the lease expires.
+  void SetQuarantine(LeaseId lease, std::vector<uint32_t> pids);
   size_t num_workers() const { return workers_.size(); }
   const BrokerOptions& options() const { return options_; }
 
@@ -274,6 +296,12 @@ class Broker {
   absl::flat_hash_map<LeaseId, ClientUsage> usage_;
   ContentDigester digester_;
   BrokerMetrics metrics_;
+  Recovered recovered_;
+  std::function<void(const char*)> receive_hook_;
+  LeaseId quarantine_ = 0;
+  std::vector<uint32_t> quarantine_pids_;
+  void CheckQuarantine();  // ends it when its workers are done
+  void EndQuarantine(const char* why);
 };
 
 }  // namespace kvp

@@ -1,9 +1,11 @@
 // The Broker's leases and jobs (daemon/broker.h): leases granted, renewed and reaped, and how a
 // job is queued, dispatched to a worker, re-queued when its worker goes and finished (commit and
 // reply, or abort and error). The request handlers are in broker.cc.
+#include <signal.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -20,8 +22,7 @@ LeaseId Broker::ClientLease(const std::string& identity) {
   if (auto it = client_leases_.find(identity); it != client_leases_.end()) {
     if (leases.Renew(it->second).ok()) return it->second;
   }
-  const LeaseId lease =
-      leases.Grant(absl::StrCat("client ", identity), options_.client_lease_micros);
+  const LeaseId lease = leases.GrantClient(identity, options_.client_lease_micros);
   client_leases_[identity] = lease;
   client_identities_[lease] = identity;
   return lease;
@@ -70,10 +71,37 @@ const char* Broker::KindName(JobKind kind) {
   return "unknown";
 }
 
+void Broker::SetQuarantine(LeaseId lease, std::vector<uint32_t> pids) {
+  quarantine_ = lease;
+  quarantine_pids_ = std::move(pids);
+  CheckQuarantine();
+}
+
+void Broker::CheckQuarantine() {
+  if (quarantine_ == 0) return;
+  std::erase_if(quarantine_pids_, [&](uint32_t pid) {
+    const bool back = std::any_of(workers_.begin(), workers_.end(),
+                                  [&](const auto& w) { return w.second.pid == pid; });
+    return back || (::kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH);
+  });
+  if (quarantine_pids_.empty()) EndQuarantine("the last kvpoold's workers are done");
+}
+
+void Broker::EndQuarantine(const char* why) {
+  pools_->leases().Revoke(quarantine_);
+  pools_->ForgetLease(quarantine_);
+  spdlog::info("blocks reserved at the last kvpoold's end are free again: {}", why);
+  quarantine_ = 0;
+  quarantine_pids_.clear();
+}
+
 void Broker::Tick(Outbox& out) {
+  CheckQuarantine();
   for (LeaseId lease : pools_->leases().Expire()) {
     ++metrics_.leases_reaped;
-    if (workers_.contains(lease)) {
+    if (lease == quarantine_) {
+      EndQuarantine("the quarantine expired (--recovery_quarantine_ms)");
+    } else if (workers_.contains(lease)) {
       EndWorker(lease, "its lease expired", out);
     } else {
       spdlog::info("client lease {} expired; its sequences are released", lease);
@@ -194,10 +222,11 @@ void Broker::Dispatch(Outbox& out) {
       job.worker = lease;
       ++job.attempts;
       worker.job = id;
+      const char* body = BodyFieldName(job.message.envelope().getBody().which());
       if (job.kind == JobKind::kDecode) {
-        out.push_back({worker.identity, DecodeJobFor(job, lease).Frame()});
+        out.push_back({worker.identity, DecodeJobFor(job, lease).Frame(), body});
       } else {
-        out.push_back({worker.identity, job.message.Frame()});
+        out.push_back({worker.identity, job.message.Frame(), body});
       }
       break;
     }
@@ -337,6 +366,9 @@ std::string Broker::MetricsText() const {
   g.sparse_v_threshold = options_.model.sparse_v_threshold;
   g.client_max_blocks = options_.client_max_blocks;
   g.client_max_requests = options_.client_max_requests;
+  g.recovered_sequences = recovered_.sequences;
+  g.recovered_blocks = recovered_.blocks;
+  g.recovery_micros = recovered_.micros;
   return RenderPrometheus(metrics_, g);
 }
 

@@ -13,6 +13,7 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -78,12 +79,15 @@ void Send(zmq::socket_t& router, absl::string_view to, Outgoing& message) {
 }  // namespace
 
 DaemonLoop::DaemonLoop(DaemonOptions options, std::vector<const ServedArena*> arenas,
-                       const PoolSet* pools, Broker* broker, const Clock* clock)
+                       const PoolSet* pools, Broker* broker, const Clock* clock,
+                       StateLog* state_log, CrashPoint* crash)
     : options_(std::move(options)),
       arenas_(std::move(arenas)),
       pools_(pools),
       broker_(broker),
-      clock_(clock) {}
+      clock_(clock),
+      state_log_(state_log),
+      crash_(crash) {}
 
 absl::Status DaemonLoop::Run() {
   ASSIGN_OR_RETURN(UniqueFd signals, BlockTerminationSignals());
@@ -134,9 +138,33 @@ absl::Status DaemonLoop::Run() {
       spdlog::error("a message to '{}', a peer of no endpoint, dropped", std::string(to));
     }
   };
+  CrashPoint never;
+  CrashPoint& crash = crash_ != nullptr ? *crash_ : never;
+  broker_->set_receive_hook([&](const char* kind) { crash.Reached("receive", kind); });
+  const absl::Cleanup no_hook = [&] { broker_->set_receive_hook(nullptr); };
+  // What handling one message or tick changed goes to the state log before anything is sent,
+  // so that no client hears of a change the log does not have. A log that cannot be written
+  // ends kvpoold (the log would no longer describe the pools) without sending anything.
+  absl::Status fatal;
+  Outbox out;
+  const auto log_and_send = [&](const char* kind) {
+    if (state_log_ != nullptr && fatal.ok()) {
+      fatal = state_log_->Flush();
+      if (!fatal.ok()) spdlog::error("the state log cannot be written: {}", fatal.ToString());
+    }
+    if (!fatal.ok()) {
+      out.clear();
+      return;
+    }
+    crash.Reached("log", kind);
+    for (Outgoing& o : out) {
+      send(o);
+      crash.Reached("send", o.kind);
+    }
+    out.clear();
+  };
   // Hands what `socket` has ready to the broker, identities prefixed with `prefix`; returns to the
   // other sources now and then.
-  Outbox out;
   const auto drain = [&](zmq::socket_t& socket, absl::string_view prefix) {
     for (int i = 0; i < 256; ++i) {
       std::vector<zmq::message_t> frames;
@@ -151,9 +179,8 @@ absl::Status DaemonLoop::Run() {
       if (frames.size() < 2) continue;  // an identity with nothing after it
       const std::string from = absl::StrCat(prefix, frames.front().to_string());
       frames.erase(frames.begin());
-      broker_->Handle(from, std::move(frames), out);
-      for (Outgoing& o : out) send(o);
-      out.clear();
+      log_and_send(broker_->Handle(from, std::move(frames), out));
+      if (!fatal.ok()) break;
     }
   };
 
@@ -235,8 +262,8 @@ absl::Status DaemonLoop::Run() {
     const int64_t now = clock_->NowMicros();
     if (now >= next_tick) {
       broker_->Tick(out);
-      for (Outgoing& o : out) send(o);
-      out.clear();
+      log_and_send("tick");
+      if (state_log_ != nullptr && fatal.ok()) fatal = state_log_->CompactIfLarge();
       http.Publish(broker_->MetricsText(), !broker_->draining());
       next_tick = now + options_.tick_millis * 1000;
     }
@@ -244,6 +271,7 @@ absl::Status DaemonLoop::Run() {
       sd_notify(0, "WATCHDOG=1");
       next_watchdog = now + static_cast<int64_t>(watchdog_usec / 2);
     }
+    if (!fatal.ok()) return fatal;
     if (broker_->draining()) {
       if (broker_->Idle()) {
         spdlog::info("drained; exiting");

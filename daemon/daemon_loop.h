@@ -12,7 +12,9 @@
 
 #include "absl/status/status.h"
 #include "daemon/broker.h"
+#include "daemon/crash_points.h"
 #include "daemon/served_arena.h"
+#include "daemon/state/state_log.h"
 #include "kvpool/arena/fd_channel.h"
 #include "kvpool/pool/pool_set.h"
 
@@ -38,9 +40,12 @@ class DaemonLoop {
  public:
   // Blocks SIGTERM and SIGINT in this thread and every thread started after (call it before
   // starting threads). `arenas` has one entry per pool, each served on the pool's fd channel
-  // (BrokerOptions::fd_channel_paths). REQUIRES: arenas, pools, broker and clock outlive the loop.
+  // (BrokerOptions::fd_channel_paths). With a `state_log`, the changes of every message and tick
+  // are logged before anything is sent (docs/design.md §9); `crash` (tests) may end the process
+  // at a chosen step. REQUIRES: everything passed outlives the loop.
   DaemonLoop(DaemonOptions options, std::vector<const ServedArena*> arenas, const PoolSet* pools,
-             Broker* broker, const Clock* clock);
+             Broker* broker, const Clock* clock, StateLog* state_log = nullptr,
+             CrashPoint* crash = nullptr);
 
   // Binds, serves until a signal's drain ends, returns OK on a clean exit.
   absl::Status Run();
@@ -51,6 +56,8 @@ class DaemonLoop {
   const PoolSet* pools_;
   Broker* broker_;
   const Clock* clock_;
+  StateLog* state_log_;
+  CrashPoint* crash_;
 };
 
 }  // namespace kvp

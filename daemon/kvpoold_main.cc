@@ -9,6 +9,7 @@
 #include <cmath>
 #include <type_traits>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,10 @@
 #include "base/malloc_tuning.h"
 #include "base/status_macros.h"
 #include "daemon/broker.h"
+#include "daemon/crash_points.h"
 #include "daemon/daemon_loop.h"
+#include "daemon/fd_store.h"
+#include "daemon/recovery.h"
 #include "daemon/served_arena.h"
 #include "kvpool/format/kv_format_names.h"
 #include "kvpool/layout/block_layout.h"
@@ -91,6 +95,17 @@ ABSL_FLAG(int64_t, client_max_blocks, -1,
           "0: no limit");
 ABSL_FLAG(int, client_max_requests, 256,
           "prefill and decode requests one client may have queued or running");
+ABSL_FLAG(std::string, state_dir, "",
+          "keep the cache across restarts (docs/design.md §9): the state log goes here (0700), the "
+          "arena's chunks into systemd's fd store; empty: every start is empty");
+ABSL_FLAG(int, recovery_grace_ms, 30000,
+          "after a restart, client leases live this long at least, so that clients come back "
+          "before their sequences are reaped");
+ABSL_FLAG(int, recovery_quarantine_ms, 60000,
+          "after a restart, blocks a job of the last kvpoold was writing stay out of use until its "
+          "workers have registered again or exited, or this long at most");
+ABSL_FLAG(std::string, crash_at, "",
+          "for tests only: SIGKILL kvpoold at STEP:KIND:N (daemon/crash_points.h)");
 ABSL_FLAG(bool, allow_nonfinite, false,
           "for tests only: store NaN and Inf in client tensors instead of refusing them");
 
@@ -234,7 +249,24 @@ absl::Status RemoteEndpointFromFlags(DaemonOptions& options) {
   return absl::OkStatus();
 }
 
+// The GPU of each pool the flags ask for, as a logged state lists them (-1: host); `logged`
+// decides for --backend=auto between a host state and a cuda one.
+std::vector<int32_t> AskedGpus(const StateHeader& logged) {
+  const std::string backend = absl::GetFlag(FLAGS_backend);
+  std::vector<int32_t> host(static_cast<size_t>(std::max(absl::GetFlag(FLAGS_pools), 1)), -1);
+  absl::StatusOr<std::vector<int32_t>> gpus = ParseIds<int32_t>(absl::GetFlag(FLAGS_gpus), "gpus");
+  std::vector<int32_t> cuda = gpus.ok() ? *gpus : std::vector<int32_t>();
+  if (cuda.empty()) cuda.push_back(absl::GetFlag(FLAGS_gpu));
+  if (backend == "host") return host;
+  if (backend == "cuda") return cuda;
+  const bool logged_host = std::all_of(logged.pools.begin(), logged.pools.end(),
+                                       [](const PoolIdentity& p) { return p.gpu < 0; });
+  return logged_host ? host : cuda;
+}
+
 absl::Status Main() {
+  SteadyClock clock;
+  const int64_t started_micros = clock.NowMicros();
   ASSIGN_OR_RETURN(PoolSpec spec, SpecFromFlags());
   const float tau = static_cast<float>(absl::GetFlag(FLAGS_sparse_v_threshold));
   ModelConfig model{.num_q_heads = absl::GetFlag(FLAGS_q_heads),
@@ -269,8 +301,45 @@ absl::Status Main() {
   options.metrics_port = absl::GetFlag(FLAGS_metrics_port);
   options.drain_timeout_millis = absl::GetFlag(FLAGS_drain_timeout_ms);
 
-  ASSIGN_OR_RETURN(std::vector<std::unique_ptr<ServedArena>> arenas,
-                   ArenasFromFlags(static_cast<uint64_t>(arena_mib) << 20));
+  // With a state directory, the arenas of the last run come back from systemd's fd store and
+  // their bookkeeping from the state log, unless anything differs (docs/design.md §9).
+  const uint64_t arena_bytes_asked = static_cast<uint64_t>(arena_mib) << 20;
+  const std::string state_dir = absl::GetFlag(FLAGS_state_dir);
+  ASSIGN_OR_RETURN(CrashPoint crash, CrashPoint::Parse(absl::GetFlag(FLAGS_crash_at)));
+  FdStore fd_store = FdStore::FromEnvironment();
+  ASSIGN_OR_RETURN(const BlockLayout layout, BlockLayout::Create(spec));
+  std::optional<RecoveredState> recovered;
+  std::string starts_empty_because;
+  if (!state_dir.empty()) {
+    RETURN_IF_ERROR(PrepareRuntimeDir(state_dir));
+    absl::StatusOr<RecoveredState> read = ReadStateLog(state_dir);
+    if (read.ok()) {
+      recovered = *std::move(read);
+    } else if (!absl::IsNotFound(read.status())) {
+      starts_empty_because = read.status().ToString();
+    }
+  }
+  std::vector<std::unique_ptr<ServedArena>> arenas;
+  std::vector<PoolIdentity> pool_ids;
+  if (recovered.has_value()) {
+    const PoolsAsked asked{.spec = spec,
+                           .block_stride = layout.block_stride(),
+                           .gpus = AskedGpus(recovered->header),
+                           .arena_bytes = arena_bytes_asked};
+    absl::StatusOr<std::vector<std::unique_ptr<ServedArena>>> adopted =
+        AdoptArenas(recovered->header, asked, fd_store);
+    if (adopted.ok()) {
+      arenas = *std::move(adopted);
+      pool_ids = recovered->header.pools;
+    } else {
+      starts_empty_because = std::string(adopted.status().message());
+      recovered.reset();
+    }
+  }
+  if (arenas.empty()) {
+    ASSIGN_OR_RETURN(arenas, ArenasFromFlags(arena_bytes_asked));
+  }
+  fd_store.RemoveUntaken();  // chunks of arenas that are no more
   // Every pool has the same size (the smallest arena's, should rounding differ).
   uint64_t arena_bytes = UINT64_MAX;
   for (const auto& arena : arenas) {
@@ -278,11 +347,45 @@ absl::Status Main() {
     for (uint64_t c : arena->chunk_sizes()) bytes += c;
     arena_bytes = std::min(arena_bytes, bytes);
   }
-  SteadyClock clock;
   const int64_t lease_expiry = int64_t{absl::GetFlag(FLAGS_lease_expiry_ms)} * 1000;
   ASSIGN_OR_RETURN(std::unique_ptr<PoolSet> pools,
                    PoolSet::Create(spec, arena_bytes, static_cast<int>(arenas.size()), &clock,
                                    lease_expiry));
+  if (pool_ids.empty()) {
+    pool_ids = NewPoolIdentities(arenas, pools->pool(0).blocks().num_blocks());
+    if (!state_dir.empty() && fd_store.available()) {
+      RETURN_IF_ERROR(StoreArenas(arenas, pool_ids, fd_store));
+    } else if (!state_dir.empty()) {
+      spdlog::warn("no fd store (NOTIFY_SOCKET is not set: not under systemd): the bookkeeping "
+                   "is logged, but the next start cannot get the arena back and starts empty");
+    }
+  }
+  const ContentDigester::Key digest_key =
+      recovered.has_value() ? recovered->header.digest_key : ContentDigester().key();
+  RestoredPools restored;
+  if (recovered.has_value()) {
+    absl::StatusOr<RestoredPools> r =
+        RestorePools(*std::move(recovered), *pools,
+                     int64_t{absl::GetFlag(FLAGS_recovery_grace_ms)} * 1000,
+                     int64_t{absl::GetFlag(FLAGS_recovery_quarantine_ms)} * 1000);
+    if (r.ok()) {
+      restored = *std::move(r);
+    } else {
+      starts_empty_because = r.status().ToString();
+    }
+  }
+  if (!starts_empty_because.empty()) {
+    spdlog::warn("starting with an empty cache: {}", starts_empty_because);
+  }
+  std::unique_ptr<StateLog> state_log;
+  if (!state_dir.empty()) {
+    StateHeader header{.spec = spec,
+                       .block_stride = layout.block_stride(),
+                       .pools = pool_ids,
+                       .digest_key = digest_key,
+                       .arena_bytes = arena_bytes_asked};
+    ASSIGN_OR_RETURN(state_log, StateLog::Start(state_dir, std::move(header), pools.get()));
+  }
 
   BrokerOptions broker_options;
   broker_options.model = model;
@@ -312,6 +415,7 @@ absl::Status Main() {
     return absl::InvalidArgumentError("--client_max_requests must be at least 1");
   }
   broker_options.allow_nonfinite = absl::GetFlag(FLAGS_allow_nonfinite);
+  broker_options.digest_key = digest_key;
   broker_options.limits.max_layers = static_cast<uint64_t>(spec.num_layers);
   broker_options.limits.max_blocks = static_cast<uint64_t>(pool_blocks);
   broker_options.limits.max_message_bytes =
@@ -320,7 +424,17 @@ absl::Status Main() {
     return absl::InvalidArgumentError("--lease_expiry_ms must exceed --heartbeat_ms > 0");
   }
   Broker broker(pools.get(), &clock, broker_options);
-  DaemonLoop loop(options, std::move(served), pools.get(), &broker, &clock);
+  if (restored.quarantine != 0) broker.SetQuarantine(restored.quarantine, restored.pids);
+  const int64_t recovery_micros = clock.NowMicros() - started_micros;
+  if (!state_dir.empty()) {
+    broker.set_recovered({.sequences = restored.sequences,
+                          .blocks = restored.blocks,
+                          .micros = static_cast<uint64_t>(recovery_micros)});
+    spdlog::info("state dir {}: recovered {} sequences and {} blocks, {} ms after start",
+                 state_dir, restored.sequences, restored.blocks, recovery_micros / 1000);
+  }
+  DaemonLoop loop(options, std::move(served), pools.get(), &broker, &clock, state_log.get(),
+                  &crash);
   return loop.Run();
 }
 

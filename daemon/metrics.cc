@@ -84,6 +84,15 @@ std::string RenderPrometheus(const BrokerMetrics& m, const PoolGauges& g) {
   absl::StrAppend(&out, "kvpool_jobs_running ", g.jobs_running, "\n");
   Header(out, "kvpool_draining", "gauge", "1 while kvpoold drains before exiting.");
   absl::StrAppend(&out, "kvpool_draining ", g.draining ? 1 : 0, "\n");
+  Header(out, "kvpool_recovered_sequences", "gauge",
+         "Sequences the last start kept from the state log (--state_dir).");
+  absl::StrAppend(&out, "kvpool_recovered_sequences ", g.recovered_sequences, "\n");
+  Header(out, "kvpool_recovered_blocks", "gauge",
+         "Committed blocks the last start kept from the state log (--state_dir).");
+  absl::StrAppend(&out, "kvpool_recovered_blocks ", g.recovered_blocks, "\n");
+  Header(out, "kvpool_recovery_seconds", "gauge",
+         "Seconds from the last start to serving, recovery included.");
+  absl::StrAppend(&out, "kvpool_recovery_seconds ", g.recovery_micros / 1e6, "\n");
 
   Header(out, "kvpool_layer_k_scale", "gauge", "K scale of each layer (stored = E4M3(k / scale)).");
   for (size_t l = 0; l < g.k_scales.size(); ++l) {

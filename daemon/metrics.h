@@ -70,6 +70,8 @@ struct PoolGauges {
   float sparse_v_threshold = 0;
   int64_t client_max_blocks = 0;
   int client_max_requests = 0;
+  // What the last start recovered from the state log (docs/design.md §9).
+  uint64_t recovered_sequences = 0, recovered_blocks = 0, recovery_micros = 0;
 };
 
 std::string RenderPrometheus(const BrokerMetrics& metrics, const PoolGauges& gauges);

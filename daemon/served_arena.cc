@@ -1,5 +1,7 @@
 #include "daemon/served_arena.h"
 
+#include <fcntl.h>
+
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kvpool/arena/host_arena.h"
@@ -27,6 +29,15 @@ class HostServedArena : public ServedArena {
     const std::vector<int> fds = arena_.fds();
     return peer.SendArena(d, fds);
   }
+  absl::StatusOr<std::vector<UniqueFd>> ChunkFds() const override {
+    std::vector<UniqueFd> out;
+    for (int fd : arena_.fds()) {
+      UniqueFd dup(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+      if (!dup.valid()) return absl::InternalError("cannot duplicate a host arena chunk fd");
+      out.push_back(std::move(dup));
+    }
+    return out;
+  }
 
  private:
   HostArena arena_;
@@ -48,6 +59,7 @@ class CudaServedArena : public ServedArena {
     for (const UniqueFd& fd : owned) fds.push_back(fd.get());
     return peer.SendArena(d, fds);  // the fds close when `owned` goes
   }
+  absl::StatusOr<std::vector<UniqueFd>> ChunkFds() const override { return arena_.ExportFds(); }
 
  private:
   CudaArena arena_;
@@ -60,6 +72,20 @@ absl::StatusOr<std::unique_ptr<ServedArena>> CreateHostServedArena(uint64_t byte
   const uint64_t rounded = RoundUp(bytes, kHostChunkBytes);
   ASSIGN_OR_RETURN(HostArena arena, HostArena::Create(kHostChunkBytes, rounded, rounded));
   return std::unique_ptr<ServedArena>(new HostServedArena(std::move(arena)));
+}
+
+absl::StatusOr<std::unique_ptr<ServedArena>> AdoptServedArena(int device, uint64_t chunk_bytes,
+                                                              std::vector<UniqueFd> fds) {
+  if (device < 0) {
+    ASSIGN_OR_RETURN(HostArena arena, HostArena::Adopt(chunk_bytes, std::move(fds)));
+    return std::unique_ptr<ServedArena>(new HostServedArena(std::move(arena)));
+  }
+#if KVP_HAVE_CUDA
+  ASSIGN_OR_RETURN(CudaArena arena, CudaArena::Adopt(device, chunk_bytes, std::move(fds)));
+  return std::unique_ptr<ServedArena>(new CudaServedArena(std::move(arena)));
+#else
+  return absl::UnimplementedError("this kvpoold was built without CUDA; it cannot adopt GPU chunks");
+#endif
 }
 
 absl::StatusOr<std::unique_ptr<ServedArena>> CreateCudaServedArena(int device, uint64_t bytes) {

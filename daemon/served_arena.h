@@ -21,10 +21,16 @@ class ServedArena {
   virtual std::vector<uint64_t> chunk_sizes() const = 0;
   // Sends `description` (filled in with this arena's kind, device and chunks) and the chunk fds.
   virtual absl::Status SendTo(FdPeer& peer, ArenaDescription description) const = 0;
+  // A new fd per chunk (for systemd's fd store: what keeps the memory across a restart).
+  virtual absl::StatusOr<std::vector<UniqueFd>> ChunkFds() const = 0;
 };
 
 absl::StatusOr<std::unique_ptr<ServedArena>> CreateHostServedArena(uint64_t bytes);
 // UNIMPLEMENTED in builds without CUDA; UNAVAILABLE when there is no usable GPU `device`.
 absl::StatusOr<std::unique_ptr<ServedArena>> CreateCudaServedArena(int device, uint64_t bytes);
+// An arena from before a restart: its chunk fds, `chunk_bytes` each (HostArena::Adopt,
+// CudaArena::Adopt); `device` -1 is a host arena.
+absl::StatusOr<std::unique_ptr<ServedArena>> AdoptServedArena(int device, uint64_t chunk_bytes,
+                                                              std::vector<UniqueFd> fds);
 
 }  // namespace kvp

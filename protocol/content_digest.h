@@ -17,8 +17,12 @@ namespace kvp {
 
 class ContentDigester {
  public:
+  using Key = std::array<unsigned char, 32>;
   // A fresh random key.
   ContentDigester();
+  // A key kept from an earlier start (kvpoold's state log): recovered blocks stay findable.
+  explicit ContentDigester(const Key& key) : key_(key) {}
+  const Key& key() const { return key_; }
 
   // One digest per token of rows [first, first + count) of `in`: the token's K, V and index K
   // rows of every layer. REQUIRES: `in` passed CheckActivations for first + count tokens or more.
@@ -29,7 +33,7 @@ class ContentDigester {
   uint64_t NamespaceRoot(absl::string_view name) const;
 
  private:
-  std::array<unsigned char, 32> key_;
+  Key key_;
 };
 
 }  // namespace kvp

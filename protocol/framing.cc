@@ -1,5 +1,9 @@
 #include "protocol/framing.h"
 
+#include <capnp/schema.h>
+
+#include <string>
+
 #include <capnp/serialize.h>
 #include <kj/exception.h>
 
@@ -104,6 +108,21 @@ absl::StatusOr<std::unique_ptr<ParsedEnvelope>> ParseEnvelope(std::vector<zmq::m
   }
   if (!checked.ok()) return checked;  // no handler's read can throw after it
   return parsed;
+}
+
+const char* BodyFieldName(wire::Envelope::Body::Which which) {
+  // Read from the schema once, so a new body kind needs no edit here.
+  static const auto* names = [] {
+    auto* out = new std::vector<std::string>;
+    for (capnp::StructSchema::Field f : capnp::Schema::from<wire::Envelope::Body>().getUnionFields()) {
+      const uint16_t d = f.getProto().getDiscriminantValue();
+      if (out->size() <= d) out->resize(d + 1);
+      (*out)[d] = f.getProto().getName().cStr();
+    }
+    return out;
+  }();
+  const auto d = static_cast<size_t>(which);
+  return d < names->size() && !(*names)[d].empty() ? (*names)[d].c_str() : "unknown";
 }
 
 }  // namespace kvp

@@ -68,6 +68,10 @@ class ParsedEnvelope {
 // a parsed envelope reads without exceptions. FAILED_PRECONDITION for another schema version. When
 // the envelope was readable, *request_id (if given) is its request id even on error, so the error
 // reply can carry it; otherwise 0.
+// The schema's name of a body kind ("prefill", "prefillReply", "jobDone", ...), for logs and
+// tests; "unknown" for a kind this build does not know.
+const char* BodyFieldName(wire::Envelope::Body::Which which);
+
 absl::StatusOr<std::unique_ptr<ParsedEnvelope>> ParseEnvelope(std::vector<zmq::message_t> frames,
                                                               const WireLimits& limits = {},
                                                               uint64_t* request_id = nullptr);

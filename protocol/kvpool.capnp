@@ -235,6 +235,16 @@ struct StatsReply {
   clientRequestsInFlight @8 :UInt32;
   rejectedNonFinite @9 :UInt64;      # requests refused for NaN or Inf in their tensors
   pools @10 :List(PoolState) $maxElements(.maxPools);  # the fields above are their sums
+  recovery @11 :Recovery;  # what kvpoold's last start kept (docs/design.md §9)
+}
+
+# What kvpoold's start recovered from its state log; all zero without --state_dir or when it
+# started empty.
+struct Recovery {
+  sequences @0 :UInt64;
+  blocks @1 :UInt64;   # committed blocks: used and cached
+  micros @2 :UInt64;   # from the process's start to ready to serve
+  stateDir @3 :Bool;   # kvpoold logs its state (--state_dir)
 }
 
 # One pool of kvpoold, in Stats and Health.

@@ -130,6 +130,39 @@ absl::StatusOr<CudaArena> CudaArena::Create(int device, uint64_t chunk_bytes,
   return arena;
 }
 
+absl::StatusOr<CudaArena> CudaArena::Adopt(int device, uint64_t chunk_bytes,
+                                           std::vector<UniqueFd> fds) {
+  if (fds.empty()) return absl::FailedPreconditionError("cuda arena: no chunks to adopt");
+  RETURN_IF_ERROR(UseDevice(device));
+  ASSIGN_OR_RETURN(const CudaDriver* d, CudaDriver::Get());
+  CudaArena arena;
+  arena.device_ = device;
+  arena.chunk_bytes_ = chunk_bytes;
+  ASSIGN_OR_RETURN(arena.range_, CudaMappedRange::Reserve(chunk_bytes * fds.size()));
+  for (size_t i = 0; i < fds.size(); ++i) {
+    CUmemGenericAllocationHandle handle;
+    KVP_CU_RETURN_IF_ERROR(
+        d->MemImportFromShareableHandle(
+            &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fds[i].get())),
+            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+        absl::StrCat("importing chunk ", i, " to adopt it"));
+    fds[i].Reset();
+    CUmemAllocationProp prop{};
+    if (const CUresult r = d->MemGetAllocationPropertiesFromHandle(&prop, handle);
+        r != CUDA_SUCCESS || prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
+        prop.location.id != device) {
+      d->MemRelease(handle);
+      return absl::FailedPreconditionError(
+          absl::StrCat("cuda arena: chunk ", i, " is not memory of device ", device));
+    }
+    if (absl::Status s = arena.range_.Append(handle, chunk_bytes, device); !s.ok()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "cuda arena: chunk ", i, " does not map as ", chunk_bytes, " bytes: ", s.message()));
+    }
+  }
+  return arena;
+}
+
 absl::Status CudaArena::GrowTo(uint64_t bytes) {
   if (bytes > range_.capacity()) {
     return absl::ResourceExhaustedError(

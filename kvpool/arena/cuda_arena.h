@@ -53,6 +53,12 @@ class CudaArena {
   static absl::StatusOr<CudaArena> Create(int device, uint64_t chunk_bytes, uint64_t initial_bytes,
                                           uint64_t capacity_bytes);
 
+  // The chunks of an arena created earlier (by a kvpoold before a restart: fds kept in systemd's
+  // fd store or handed back), imported and mapped on `device`, `chunk_bytes` each.
+  // FAILED_PRECONDITION for a chunk of another device or one that does not map at that size.
+  static absl::StatusOr<CudaArena> Adopt(int device, uint64_t chunk_bytes,
+                                         std::vector<UniqueFd> fds);
+
   // The allocation granularity of `device` for shareable memory.
   static absl::StatusOr<uint64_t> Granularity(int device);
 

@@ -28,7 +28,9 @@ absl::StatusOr<CudaDriver> Load() {
                   Resolve("cuMemMap", &d.MemMap) && Resolve("cuMemUnmap", &d.MemUnmap) &&
                   Resolve("cuMemSetAccess", &d.MemSetAccess) &&
                   Resolve("cuMemExportToShareableHandle", &d.MemExportToShareableHandle) &&
-                  Resolve("cuMemImportFromShareableHandle", &d.MemImportFromShareableHandle);
+                  Resolve("cuMemImportFromShareableHandle", &d.MemImportFromShareableHandle) &&
+                  Resolve("cuMemGetAllocationPropertiesFromHandle",
+                          &d.MemGetAllocationPropertiesFromHandle);
   if (!ok) {
     return absl::UnavailableError(
         "the CUDA driver is missing or lacks the virtual memory management entry points");

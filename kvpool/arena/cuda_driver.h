@@ -26,6 +26,8 @@ struct CudaDriver {
                                          CUmemAllocationHandleType, unsigned long long);
   CUresult (*MemImportFromShareableHandle)(CUmemGenericAllocationHandle*, void*,
                                            CUmemAllocationHandleType);
+  CUresult (*MemGetAllocationPropertiesFromHandle)(CUmemAllocationProp*,
+                                                   CUmemGenericAllocationHandle);
 
   // UNAVAILABLE when there is no driver or it lacks an entry point.
   static absl::StatusOr<const CudaDriver*> Get();

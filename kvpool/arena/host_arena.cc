@@ -1,6 +1,8 @@
 #include "kvpool/arena/host_arena.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -69,6 +71,27 @@ absl::StatusOr<HostArena> HostArena::Create(uint64_t chunk_bytes, uint64_t initi
   const uint64_t chunks = (capacity_bytes + chunk_bytes - 1) / chunk_bytes;
   ASSIGN_OR_RETURN(arena.range_, AddressRange::Reserve(chunks * chunk_bytes));
   RETURN_IF_ERROR(arena.GrowTo(initial_bytes));
+  return arena;
+}
+
+absl::StatusOr<HostArena> HostArena::Adopt(uint64_t chunk_bytes, std::vector<UniqueFd> fds) {
+  if (fds.empty()) return absl::FailedPreconditionError("host arena: no chunks to adopt");
+  HostArena arena;
+  arena.chunk_bytes_ = chunk_bytes;
+  ASSIGN_OR_RETURN(arena.range_, AddressRange::Reserve(chunk_bytes * fds.size()));
+  for (size_t i = 0; i < fds.size(); ++i) {
+    struct stat st {};
+    if (::fstat(fds[i].get(), &st) != 0) return Errno(absl::StrCat("fstat of chunk ", i));
+    // memfds seal; other files refuse F_GET_SEALS with EINVAL.
+    if (!S_ISREG(st.st_mode) || ::fcntl(fds[i].get(), F_GET_SEALS) < 0 ||
+        static_cast<uint64_t>(st.st_size) != chunk_bytes) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("host arena: chunk ", i, " is not a memfd of ", chunk_bytes,
+                       " bytes (size ", st.st_size, ")"));
+    }
+    RETURN_IF_ERROR(arena.range_.MapShared(fds[i].get(), arena.mapped_bytes(), chunk_bytes));
+    arena.fds_.push_back(std::move(fds[i]));
+  }
   return arena;
 }
 

@@ -40,6 +40,10 @@ class HostArena {
   static absl::StatusOr<HostArena> Create(uint64_t chunk_bytes, uint64_t initial_bytes,
                                           uint64_t capacity_bytes);
 
+  // The chunks of an arena created earlier (by a kvpoold before a restart, kept in systemd's fd
+  // store): each must be a memfd of `chunk_bytes`, else FAILED_PRECONDITION naming the chunk.
+  static absl::StatusOr<HostArena> Adopt(uint64_t chunk_bytes, std::vector<UniqueFd> fds);
+
   // Adds chunks until at least `bytes` are mapped; RESOURCE_EXHAUSTED past the capacity.
   absl::Status GrowTo(uint64_t bytes);
 
