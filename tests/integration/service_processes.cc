@@ -62,6 +62,10 @@ absl::StatusOr<std::unique_ptr<ServiceProcesses>> ServiceProcesses::Start(
                       "--metrics_port=-1",   "--drain_timeout_ms=20000"};
   s->daemon_flags_.insert(s->daemon_flags_.end(), options.daemon_flags.begin(),
                           options.daemon_flags.end());
+  if (options.keep_state) {
+    ASSIGN_OR_RETURN(s->fd_store_, FakeFdStore::Listen(absl::StrCat(s->dir_, "/notify.sock")));
+    s->daemon_flags_.push_back(absl::StrCat("--state_dir=", s->dir_, "/state"));
+  }
   RETURN_IF_ERROR(s->RestartDaemon());
   s->backend_ = options.backend;
   s->worker_flags_ = options.worker_flags;
@@ -124,6 +128,14 @@ pid_t ServiceProcesses::Spawn(const std::string& binary, std::vector<std::string
   return pid;
 }
 
+bool ServiceProcesses::DaemonRunning() {
+  if (daemon_ <= 0) return false;
+  int status = 0;
+  if (::waitpid(daemon_, &status, WNOHANG) != daemon_) return true;
+  daemon_ = -1;
+  return false;
+}
+
 int ServiceProcesses::Stop(pid_t pid, int signal) {
   if (pid <= 0) return -1;
   ::kill(pid, signal);
@@ -136,10 +148,36 @@ int ServiceProcesses::Stop(pid_t pid, int signal) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-absl::Status ServiceProcesses::RestartDaemon() {
+absl::Status ServiceProcesses::RestartDaemon(const std::vector<std::string>& extra_flags) {
   std::vector<std::string> args = daemon_flags_;
+  args.insert(args.end(), extra_flags.begin(), extra_flags.end());
   args.push_back(absl::StrCat("--runtime_dir=", dir_));
-  daemon_ = Spawn(Kvpoold(), args);
+  if (fd_store_ == nullptr) {
+    daemon_ = Spawn(Kvpoold(), args);
+  } else {
+    // As systemd passes them: fds 3.. named by LISTEN_FDNAMES, LISTEN_PID the daemon's own (a
+    // shell that execs keeps its pid).
+    fd_store_->Drain();
+    const std::vector<int> fds = fd_store_->fds();
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    for (size_t i = 0; i < fds.size(); ++i) {
+      posix_spawn_file_actions_adddup2(&actions, fds[i], static_cast<int>(3 + i));
+    }
+    std::string command = absl::StrCat("LISTEN_PID=$$ LISTEN_FDS=", fds.size(),
+                                       " LISTEN_FDNAMES='", fd_store_->joined_names(),
+                                       "' NOTIFY_SOCKET='", fd_store_->socket_path(), "' exec '",
+                                       Kvpoold(), "'");
+    for (const std::string& a : args) absl::StrAppend(&command, " '", a, "'");
+    std::vector<std::string> argv_storage = {"/bin/sh", "-c", command};
+    std::vector<char*> argv;
+    for (std::string& a : argv_storage) argv.push_back(a.data());
+    argv.push_back(nullptr);
+    pid_t pid = -1;
+    const int r = ::posix_spawn(&pid, "/bin/sh", &actions, nullptr, argv.data(), environ);
+    posix_spawn_file_actions_destroy(&actions);
+    daemon_ = r == 0 ? pid : -1;
+  }
   if (daemon_ < 0) return absl::InternalError("cannot start kvpoold");
   return absl::OkStatus();
 }
@@ -168,6 +206,7 @@ absl::Status ServiceProcesses::WaitForWorkers(uint32_t workers, int timeout_ms) 
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
   absl::Status last = absl::UnavailableError("never answered");
   while (std::chrono::steady_clock::now() < deadline) {
+    if (daemon_ > 0 && !DaemonRunning()) return absl::UnavailableError("kvpoold exited");
     Client client(o);  // a fresh socket per try: no stale replies
     absl::StatusOr<PoolHealth> h = client.Health();
     if (h.ok() && h->workers == workers) return absl::OkStatus();

@@ -11,6 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "client/client.h"
+#include "tests/integration/fake_fd_store.h"
 
 namespace kvp::testing {
 
@@ -25,6 +26,9 @@ struct ServiceOptions {
   // The --pool of each worker, in order (kvpoold --pools); shorter or empty: no --pool given.
   std::vector<int> prefill_pools, decode_pools;
   std::vector<std::string> worker_flags;  // added to every worker's
+  // kvpoold keeps its state in <runtime dir>/state and its chunks in a fake systemd fd store
+  // (fake_fd_store.h), passed back to it by RestartDaemon: the cache survives restarts.
+  bool keep_state = false;
 };
 
 class ServiceProcesses {
@@ -45,10 +49,14 @@ class ServiceProcesses {
   // Starts one more worker of `role` ("prefill" or "decode") for `pool` (-1: no --pool), with
   // the options' worker flags and `flags`; it is listed with its role's workers.
   pid_t StartWorker(const std::string& role, int pool, std::vector<std::string> flags = {});
+  // False once kvpoold has exited (it is reaped then).
+  bool DaemonRunning();
   // Sends `signal` to a process and waits for it; its exit status (or 128 + signal).
   int Stop(pid_t pid, int signal);
-  // Starts kvpoold again on the same runtime directory (after Stop).
-  absl::Status RestartDaemon();
+  // Starts kvpoold again on the same runtime directory (after Stop), with `extra_flags` added to
+  // this start's (not later ones'), and the fd store's fds when the state is kept.
+  absl::Status RestartDaemon(const std::vector<std::string>& extra_flags = {});
+  FakeFdStore* fd_store() { return fd_store_.get(); }
   // Waits until kvpoold reports `workers` registered workers.
   absl::Status WaitForWorkers(uint32_t workers, int timeout_ms);
 
@@ -67,6 +75,7 @@ class ServiceProcesses {
   std::vector<std::string> daemon_flags_, worker_flags_;
   pid_t daemon_ = -1;
   std::vector<pid_t> prefill_, decode_;
+  std::unique_ptr<FakeFdStore> fd_store_;
 };
 
 }  // namespace kvp::testing
