@@ -113,7 +113,7 @@ struct PoolStats {
   uint32_t client_requests_in_flight = 0;
   uint64_t rejected_nonfinite = 0;          // requests refused for NaN or Inf, all clients
   std::vector<PoolState> pools;              // the counts above are their sums
-  // What kvpoold's last start kept from its state log (docs/design.md §9).
+  // What kvpoold's last start kept from its state log (docs/design.md §10).
   struct Recovery {
     bool state_dir = false;  // kvpoold logs its state
     uint64_t sequences = 0, blocks = 0, micros = 0;

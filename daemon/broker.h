@@ -121,7 +121,7 @@ class Broker {
     uint64_t micros = 0;
   };
   void set_recovered(const Recovered& recovered) { recovered_ = recovered; }
-  // After a restart (docs/design.md §9): the blocks a job of the last kvpoold may still be writing
+  // After a restart (docs/design.md §10): the blocks a job of the last kvpoold may still be writing
   // are held by `lease` (Pool::Restore's quarantine) until every worker process in `pids` has
   // registered again (its old job is over) or exited, or the lease expires.
   void SetQuarantine(LeaseId lease, std::vector<uint32_t> pids);

@@ -1,5 +1,5 @@
 // Crash points: kvpoold kills itself with SIGKILL at a chosen step, so that tests can check what
-// a restart keeps (docs/design.md §9) at every step of every request kind. Never set in
+// a restart keeps (docs/design.md §10) at every step of every request kind. Never set in
 // production; --crash_at is for tests and says so.
 //
 // A point is STEP:KIND:N, the N-th time (from 1) that kvpoold

@@ -41,7 +41,7 @@ class DaemonLoop {
   // Blocks SIGTERM and SIGINT in this thread and every thread started after (call it before
   // starting threads). `arenas` has one entry per pool, each served on the pool's fd channel
   // (BrokerOptions::fd_channel_paths). With a `state_log`, the changes of every message and tick
-  // are logged before anything is sent (docs/design.md §9); `crash` (tests) may end the process
+  // are logged before anything is sent (docs/design.md §10); `crash` (tests) may end the process
   // at a chosen step. REQUIRES: everything passed outlives the loop.
   DaemonLoop(DaemonOptions options, std::vector<const ServedArena*> arenas, const PoolSet* pools,
              Broker* broker, const Clock* clock, StateLog* state_log = nullptr,

@@ -1,4 +1,4 @@
-// systemd's file descriptor store (docs/design.md §9): kvpoold keeps each arena chunk's fd there
+// systemd's file descriptor store (docs/design.md §10): kvpoold keeps each arena chunk's fd there
 // (sd_pid_notify_with_fds "FDSTORE=1"), so the memory outlives kvpoold even with no worker
 // attached, and a restarted kvpoold gets the fds back at start as LISTEN_FDS named by
 // LISTEN_FDNAMES. Needs FileDescriptorStoreMax= in the unit (deploy/systemd/kvpoold.service).

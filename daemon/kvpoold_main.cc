@@ -96,7 +96,7 @@ ABSL_FLAG(int64_t, client_max_blocks, -1,
 ABSL_FLAG(int, client_max_requests, 256,
           "prefill and decode requests one client may have queued or running");
 ABSL_FLAG(std::string, state_dir, "",
-          "keep the cache across restarts (docs/design.md §9): the state log goes here (0700), the "
+          "keep the cache across restarts (docs/design.md §10): the state log goes here (0700), the "
           "arena's chunks into systemd's fd store; empty: every start is empty");
 ABSL_FLAG(int, recovery_grace_ms, 30000,
           "after a restart, client leases live this long at least, so that clients come back "
@@ -302,7 +302,7 @@ absl::Status Main() {
   options.drain_timeout_millis = absl::GetFlag(FLAGS_drain_timeout_ms);
 
   // With a state directory, the arenas of the last run come back from systemd's fd store and
-  // their bookkeeping from the state log, unless anything differs (docs/design.md §9).
+  // their bookkeeping from the state log, unless anything differs (docs/design.md §10).
   const uint64_t arena_bytes_asked = static_cast<uint64_t>(arena_mib) << 20;
   const std::string state_dir = absl::GetFlag(FLAGS_state_dir);
   ASSIGN_OR_RETURN(CrashPoint crash, CrashPoint::Parse(absl::GetFlag(FLAGS_crash_at)));
@@ -363,6 +363,8 @@ absl::Status Main() {
   const ContentDigester::Key digest_key =
       recovered.has_value() ? recovered->header.digest_key : ContentDigester().key();
   RestoredPools restored;
+  bool resume_log = false;
+  const uint64_t logged_bytes = recovered.has_value() ? recovered->valid_bytes : 0;
   if (recovered.has_value()) {
     absl::StatusOr<RestoredPools> r =
         RestorePools(*std::move(recovered), *pools,
@@ -370,6 +372,7 @@ absl::Status Main() {
                      int64_t{absl::GetFlag(FLAGS_recovery_quarantine_ms)} * 1000);
     if (r.ok()) {
       restored = *std::move(r);
+      resume_log = true;
     } else {
       starts_empty_because = r.status().ToString();
     }
@@ -384,7 +387,13 @@ absl::Status Main() {
                        .pools = pool_ids,
                        .digest_key = digest_key,
                        .arena_bytes = arena_bytes_asked};
-    ASSIGN_OR_RETURN(state_log, StateLog::Start(state_dir, std::move(header), pools.get()));
+    // A recovered log is continued (rewriting it would delay serving); compaction comes later.
+    if (resume_log) {
+      ASSIGN_OR_RETURN(state_log, StateLog::Resume(state_dir, std::move(header), pools.get(),
+                                                   logged_bytes, restored.old_workers));
+    } else {
+      ASSIGN_OR_RETURN(state_log, StateLog::Start(state_dir, std::move(header), pools.get()));
+    }
   }
 
   BrokerOptions broker_options;

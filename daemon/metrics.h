@@ -70,7 +70,7 @@ struct PoolGauges {
   float sparse_v_threshold = 0;
   int64_t client_max_blocks = 0;
   int client_max_requests = 0;
-  // What the last start recovered from the state log (docs/design.md §9).
+  // What the last start recovered from the state log (docs/design.md §10).
   uint64_t recovered_sequences = 0, recovered_blocks = 0, recovery_micros = 0;
 };
 

@@ -101,6 +101,7 @@ absl::StatusOr<RestoredPools> RestorePools(RecoveredState state, PoolSet& pools,
   LeaseTable& leases = pools.leases();
   leases.SkipTo(state.next_lease);
   RestoredPools restored;
+  for (const LeaseTable::WorkerLease& w : state.workers) restored.old_workers.push_back(w.id);
   bool reserved = false;
   for (const PoolImage& image : state.pools) reserved = reserved || !image.reserved.empty();
   if (reserved) {

@@ -1,4 +1,4 @@
-// How kvpoold starts with a state directory (docs/design.md §9): it adopts the arenas its last
+// How kvpoold starts with a state directory (docs/design.md §10): it adopts the arenas its last
 // run left in systemd's fd store and restores their bookkeeping from the state log, or, when
 // anything does not match, starts empty and says why.
 #pragma once
@@ -42,6 +42,7 @@ struct RestoredPools {
   uint64_t blocks = 0;          // committed: used and cached
   LeaseId quarantine = 0;       // holds the reserved blocks; 0: there were none
   std::vector<uint32_t> pids;   // the workers whose jobs may write them
+  std::vector<LeaseId> old_workers;  // the last run's worker leases, ended now
 };
 
 // Restores `state` into `pools` (empty, of the header's layout): the sequences and prefix index

@@ -235,7 +235,7 @@ struct StatsReply {
   clientRequestsInFlight @8 :UInt32;
   rejectedNonFinite @9 :UInt64;      # requests refused for NaN or Inf in their tensors
   pools @10 :List(PoolState) $maxElements(.maxPools);  # the fields above are their sums
-  recovery @11 :Recovery;  # what kvpoold's last start kept (docs/design.md §9)
+  recovery @11 :Recovery;  # what kvpoold's last start kept (docs/design.md §10)
 }
 
 # What kvpoold's start recovered from its state log; all zero without --state_dir or when it

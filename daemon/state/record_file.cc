@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -58,13 +59,18 @@ absl::StatusOr<RecordFileContents> ReadRecordFile(const std::string& path) {
   if (!fd.valid()) return Errno("opening", path);
   struct stat st {};
   if (::fstat(fd.get(), &st) != 0) return Errno("reading the size of", path);
-  std::string data(static_cast<size_t>(st.st_size), '\0');
+  // Never the small-string buffer: the views below must survive moving the string.
+  std::string data(std::max<size_t>(static_cast<size_t>(st.st_size), 64), '\0');
   size_t got = 0;
   while (got < data.size()) {
     const ssize_t n = ::read(fd.get(), data.data() + got, data.size() - got);
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return Errno("reading", path);
     if (n == 0) break;
+    if (got + static_cast<size_t>(n) >= static_cast<size_t>(st.st_size)) {
+      got += static_cast<size_t>(n);
+      break;
+    }
     got += static_cast<size_t>(n);
   }
   data.resize(got);
@@ -79,11 +85,12 @@ absl::StatusOr<RecordFileContents> ReadRecordFile(const std::string& path) {
     if (bytes > data.size() - at - 8) break;  // cut short
     const absl::string_view payload(data.data() + at + 8, bytes);
     if (Crc32c(payload) != crc) break;
-    contents.records.emplace_back(payload);
+    contents.records.push_back(payload);
     at += 8 + bytes;
   }
   contents.valid_bytes = at;
   contents.torn_bytes = data.size() - at;
+  contents.data = std::move(data);  // a move keeps the views valid (the buffer is on the heap)
   return contents;
 }
 
@@ -100,14 +107,25 @@ absl::StatusOr<RecordWriter> RecordWriter::Replace(const std::string& path,
     bytes += FrameRecord(r);
   }
   RETURN_IF_ERROR(WriteAll(fd.get(), bytes, tmp));
-  // Synced before the rename: a machine crash must not leave a renamed but empty file.
-  if (::fdatasync(fd.get()) != 0) return Errno("syncing", tmp);
   if (::rename(tmp.c_str(), path.c_str()) != 0) return Errno("renaming to", path);
   RecordWriter w;
   w.path_ = path;
   w.fd_ = std::move(fd);
   w.bytes_ = bytes.size();
   if (::lseek(w.fd_.get(), 0, SEEK_END) < 0) return Errno("seeking", path);
+  return w;
+}
+
+absl::StatusOr<RecordWriter> RecordWriter::Continue(const std::string& path,
+                                                    uint64_t valid_bytes) {
+  UniqueFd fd(::open(path.c_str(), O_WRONLY | O_CLOEXEC));
+  if (!fd.valid()) return Errno("opening", path);
+  if (::ftruncate(fd.get(), static_cast<off_t>(valid_bytes)) != 0) return Errno("truncating", path);
+  if (::lseek(fd.get(), 0, SEEK_END) < 0) return Errno("seeking", path);
+  RecordWriter w;
+  w.path_ = path;
+  w.fd_ = std::move(fd);
+  w.bytes_ = valid_bytes;
   return w;
 }
 

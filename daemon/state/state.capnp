@@ -1,4 +1,4 @@
-# kvpoold's state log (docs/design.md §9): what it keeps across restarts under --state_dir.
+# kvpoold's state log (docs/design.md §10): what it keeps across restarts under --state_dir.
 # One file of checksummed records (daemon/state/record_file.h): a Header, a Snapshot of the whole
 # state when the file was written, then one Batch per change set, in order.
 #
@@ -46,6 +46,8 @@ struct Sequence {
   tail @7 :List(Int32);
   tailDigests @8 :List(Digest);
   blocks @9 :List(Int32);
+  keptBlocks @10 :UInt32;  # leading blocks as in its last record (`blocks` follow them)
+  keptTail @11 :UInt32;    # leading tail tokens and digests as in its last record
 }
 
 struct SequenceRef {
@@ -73,7 +75,7 @@ struct Lease {
 }
 
 # Reserved blocks: written by jobs that may still run when kvpoold dies, so a restarted kvpoold
-# keeps them out of use until those jobs' workers are gone (docs/design.md §9).
+# keeps them out of use until those jobs' workers are gone (docs/design.md §10).
 struct Reservation {
   pool @0 :UInt32;
   block @1 :Int32;

@@ -3,8 +3,11 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstring>
 #include <capnp/message.h>
+#include <capnp/serialize-packed.h>
 #include <capnp/serialize.h>
+#include <kj/io.h>
 #include <optional>
 #include <utility>
 
@@ -18,11 +21,15 @@
 namespace kvp {
 namespace {
 
-constexpr uint64_t kCompactFloorBytes = uint64_t{64} << 20;
+constexpr uint64_t kCompactFloorBytes = uint64_t{256} << 20;
+constexpr uint64_t kCompactGrowth = 8;  // compact when the file is this many snapshots
 
+// Records are packed (Cap'n Proto's zero-run encoding): tables, tails and digests are mostly
+// small numbers and zeros, and a packed snapshot is a fraction of the flat one.
 std::string Serialize(capnp::MessageBuilder& message) {
-  const kj::Array<capnp::word> words = capnp::messageToFlatArray(message);
-  const kj::ArrayPtr<const kj::byte> bytes = words.asBytes();
+  kj::VectorOutputStream out;
+  capnp::writePackedMessage(out, message);
+  const kj::ArrayPtr<kj::byte> bytes = out.getArray();
   return std::string(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
 }
 
@@ -35,8 +42,10 @@ void DigestToWire(const TokenDigest& d, state::Digest::Builder out) {
 
 TokenDigest DigestFromWire(state::Digest::Reader in) { return {in.getLo(), in.getHi()}; }
 
+// `kept`, `kept_tail`: leading blocks and tail entries the record leaves as the previous record of
+// this sequence had them.
 void SequenceToWire(PoolIndex pool, SeqId id, const CommittedSequence& c,
-                    state::Sequence::Builder out) {
+                    state::Sequence::Builder out, size_t kept = 0, size_t kept_tail = 0) {
   const SequenceImage& s = c.image;
   out.setPool(pool);
   out.setId(id);
@@ -45,12 +54,16 @@ void SequenceToWire(PoolIndex pool, SeqId id, const CommittedSequence& c,
   out.setShared(s.scope.shared);
   out.setLength(s.length);
   out.setFullHash(s.full_hash);
-  auto tail = out.initTail(static_cast<unsigned>(s.tail.size()));
-  for (unsigned i = 0; i < tail.size(); ++i) tail.set(i, s.tail[i]);
-  auto digests = out.initTailDigests(static_cast<unsigned>(s.tail_digests.size()));
-  for (unsigned i = 0; i < digests.size(); ++i) DigestToWire(s.tail_digests[i], digests[i]);
-  auto blocks = out.initBlocks(static_cast<unsigned>(s.blocks.size()));
-  for (unsigned i = 0; i < blocks.size(); ++i) blocks.set(i, s.blocks[i]);
+  out.setKeptTail(static_cast<uint32_t>(kept_tail));
+  auto tail = out.initTail(static_cast<unsigned>(s.tail.size() - kept_tail));
+  for (unsigned i = 0; i < tail.size(); ++i) tail.set(i, s.tail[kept_tail + i]);
+  auto digests = out.initTailDigests(static_cast<unsigned>(s.tail_digests.size() - kept_tail));
+  for (unsigned i = 0; i < digests.size(); ++i) {
+    DigestToWire(s.tail_digests[kept_tail + i], digests[i]);
+  }
+  out.setKeptBlocks(static_cast<uint32_t>(kept));
+  auto blocks = out.initBlocks(static_cast<unsigned>(s.blocks.size() - kept));
+  for (unsigned i = 0; i < blocks.size(); ++i) blocks.set(i, s.blocks[kept + i]);
 }
 
 CommittedSequence SequenceFromWire(state::Sequence::Reader in) {
@@ -157,7 +170,24 @@ struct Replay {
     };
     for (auto s : b.getSequences()) {
       ASSIGN_OR_RETURN(PoolReplay * p, pool(s.getPool()));
-      p->sequences[s.getId()] = SequenceFromWire(s);
+      CommittedSequence c = SequenceFromWire(s);
+      const uint32_t kept = s.getKeptBlocks(), kept_tail = s.getKeptTail();
+      if (kept > 0 || kept_tail > 0) {
+        auto it = p->sequences.find(s.getId());
+        if (it == p->sequences.end() || it->second.image.blocks.size() < kept ||
+            it->second.image.tail.size() < kept_tail ||
+            it->second.image.tail_digests.size() < kept_tail) {
+          return absl::DataLossError(absl::StrCat("sequence ", s.getId(), " keeps ", kept,
+                                                  " blocks and ", kept_tail,
+                                                  " tail tokens of a record it does not have"));
+        }
+        const SequenceImage& was = it->second.image;
+        c.image.blocks.insert(c.image.blocks.begin(), was.blocks.begin(), was.blocks.begin() + kept);
+        c.image.tail.insert(c.image.tail.begin(), was.tail.begin(), was.tail.begin() + kept_tail);
+        c.image.tail_digests.insert(c.image.tail_digests.begin(), was.tail_digests.begin(),
+                                    was.tail_digests.begin() + kept_tail);
+      }
+      p->sequences[s.getId()] = std::move(c);
     }
     for (auto s : b.getDropped()) {
       ASSIGN_OR_RETURN(PoolReplay * p, pool(s.getPool()));
@@ -228,21 +258,20 @@ struct Replay {
   }
 };
 
-// A record's payload as a message (copied: the reader wants aligned words).
+// A record's payload as a message.
 class RecordReader {
  public:
-  explicit RecordReader(const std::string& payload)
-      : words_(kj::heapArray<capnp::word>((payload.size() + 7) / 8)) {
-    std::memcpy(words_.begin(), payload.data(), payload.size());
+  explicit RecordReader(absl::string_view payload)
+      : input_(kj::arrayPtr(reinterpret_cast<const kj::byte*>(payload.data()), payload.size())) {
     capnp::ReaderOptions options;
     options.traversalLimitInWords = uint64_t{1} << 40;  // our own file, checksummed
-    reader_.emplace(words_.asPtr(), options);
+    reader_.emplace(input_, options);
   }
   state::Record::Reader record() { return reader_->getRoot<state::Record>(); }
 
  private:
-  kj::Array<capnp::word> words_;
-  std::optional<capnp::FlatArrayMessageReader> reader_;
+  kj::ArrayInputStream input_;
+  std::optional<capnp::PackedMessageReader> reader_;
 };
 
 // Everything `pools` holds, as a snapshot batch.
@@ -320,7 +349,31 @@ absl::StatusOr<RecoveredState> ReadStateLog(const std::string& dir) {
   RecoveredState state = std::move(replay).Finish(*std::move(header));
   state.batches = contents.records.size() - 2;
   state.torn_bytes = contents.torn_bytes;
+  state.valid_bytes = contents.valid_bytes;
   return state;
+}
+
+absl::StatusOr<std::unique_ptr<StateLog>> StateLog::Resume(const std::string& dir,
+                                                           StateHeader header, PoolSet* pools,
+                                                           uint64_t valid_bytes,
+                                                           const std::vector<LeaseId>& ended) {
+  std::unique_ptr<StateLog> log(
+      new StateLog(absl::StrCat(dir, "/", kStateFileName), std::move(header), pools));
+  pools->TrackChanges();
+  pools->TakeChanges();  // the log has them
+  ASSIGN_OR_RETURN(log->writer_, RecordWriter::Continue(log->path_, valid_bytes));
+  log->snapshot_bytes_ = valid_bytes;
+  capnp::MallocMessageBuilder message;
+  state::Batch::Builder batch = message.initRoot<state::Record>().initBatch();
+  auto leases = batch.initLeases(static_cast<unsigned>(ended.size()));
+  for (unsigned i = 0; i < leases.size(); ++i) {
+    leases[i].setId(ended[i]);
+    leases[i].setPresent(false);
+  }
+  log->logged_next_lease_ = pools->leases().next_id();
+  batch.setNextLease(log->logged_next_lease_);
+  RETURN_IF_ERROR(log->writer_.Append(Serialize(message)));
+  return log;
 }
 
 absl::StatusOr<std::unique_ptr<StateLog>> StateLog::Start(const std::string& dir,
@@ -340,13 +393,24 @@ absl::Status StateLog::Compact() {
   SnapshotToWire(*pools_, snapshot_message.initRoot<state::Record>().initSnapshot());
   ASSIGN_OR_RETURN(writer_, RecordWriter::Replace(path_, {Serialize(header_message),
                                                           Serialize(snapshot_message)}));
+  // Later records of these sequences may refer to the snapshot's tables.
+  logged_.clear();
+  for (PoolIndex i = 0; i < pools_->size(); ++i) {
+    const SequenceTable& t = pools_->pool(i).sequences();
+    for (SeqId seq : t.Ids()) {
+      if (std::optional<CommittedSequence> c = t.Committed(seq); c.has_value()) {
+        logged_[{i, seq}] = {c->incarnation, c->image.blocks.size(),
+                             c->image.length / block_size_, c->image.tail.size()};
+      }
+    }
+  }
   snapshot_bytes_ = writer_.bytes();
   logged_next_lease_ = pools_->leases().next_id();
   return absl::OkStatus();
 }
 
 absl::Status StateLog::CompactIfLarge() {
-  if (writer_.bytes() <= std::max(kCompactFloorBytes, 4 * snapshot_bytes_)) {
+  if (writer_.bytes() <= std::max(kCompactFloorBytes, kCompactGrowth * snapshot_bytes_)) {
     return absl::OkStatus();
   }
   const uint64_t before = writer_.bytes();
@@ -387,8 +451,25 @@ absl::Status StateLog::Flush() {
     const BlockAllocator& blocks = pools_->pool(i).blocks();
     for (const auto& [seq, committed] : seqs[i]) {
       if (committed.has_value()) {
-        SequenceToWire(i, seq, *committed, put[p++]);
+        // The same life of the sequence: only its last logged block may have changed (a copy
+        // on write), so the record starts there.
+        // The tail only grows until its block fills.
+        Logged& logged = logged_[{i, seq}];
+        const SequenceImage& image = committed->image;
+        const bool same_life = logged.incarnation == committed->incarnation;
+        const size_t kept = same_life && logged.blocks > 0
+                                ? std::min(logged.blocks - 1, image.blocks.size())
+                                : 0;
+        const size_t kept_tail =
+            same_life && logged.full_blocks == image.length / block_size_ &&
+                    logged.tail <= image.tail.size()
+                ? logged.tail
+                : 0;
+        SequenceToWire(i, seq, *committed, put[p++], kept, kept_tail);
+        logged = {committed->incarnation, image.blocks.size(), image.length / block_size_,
+                  image.tail.size()};
       } else {
+        logged_.erase({i, seq});
         dropped[d].setPool(i);
         dropped[d++].setId(seq);
       }

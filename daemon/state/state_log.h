@@ -1,4 +1,4 @@
-// kvpoold's state log (docs/design.md §9): what lets a restarted kvpoold keep the cache.
+// kvpoold's state log (docs/design.md §10): what lets a restarted kvpoold keep the cache.
 //
 // One file, <state_dir>/kvpoold.state, of checksummed records (record_file.h) in the schema of
 // state.capnp: a Header (pool spec, each pool's id, GPU and chunk sizes, the content digest key),
@@ -7,7 +7,8 @@
 // as committed, a block's place in the prefix index, a reservation, a lease), so replaying is
 // applying them in order; a torn last record is dropped. kvpoold flushes a batch after each
 // message it handles and before it sends the replies: a change a client was told about is in the
-// log. The file is rewritten as one snapshot at every start and when it grows large.
+// log. The file is written anew when kvpoold starts without a state to recover, continued after
+// a recovery, and rewritten as one snapshot when it grows large.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "daemon/state/record_file.h"
 #include "kvpool/layout/pool_spec.h"
@@ -49,6 +51,7 @@ struct RecoveredState {
   LeaseId next_lease = 1;
   uint64_t batches = 0;     // replayed after the snapshot
   uint64_t torn_bytes = 0;  // dropped at the end (a record torn by the crash)
+  uint64_t valid_bytes = 0;  // what StateLog::Resume appends after
 };
 
 inline constexpr const char* kStateFileName = "kvpoold.state";
@@ -64,12 +67,21 @@ class StateLog {
   static absl::StatusOr<std::unique_ptr<StateLog>> Start(const std::string& dir,
                                                          StateHeader header, PoolSet* pools);
 
+  // Appends to the log ReadStateLog read (after its `valid_bytes`, the torn tail dropped) for
+  // `pools`, restored from it: a restart need not rewrite the whole state before serving. The
+  // leases of `ended` (the last run's workers) are logged as ended.
+  static absl::StatusOr<std::unique_ptr<StateLog>> Resume(const std::string& dir,
+                                                          StateHeader header, PoolSet* pools,
+                                                          uint64_t valid_bytes,
+                                                          const std::vector<LeaseId>& ended);
+
   // Appends what changed since the last flush as one record (none when nothing did). An error
   // means the log no longer describes the pools: kvpoold must not reply, and stops.
   absl::Status Flush();
 
-  // Rewrites the file as one snapshot when it has grown past max(64 MiB, 4 × the last snapshot),
-  // so that replay stays short. Call between flushes.
+  // Rewrites the file as one snapshot when it has grown past max(256 MiB, 8 × the last
+  // snapshot), so that replay stays short. Call between flushes. It takes as long as writing the
+  // whole state (0.7 s for 100,000 sequences here), and kvpoold's loop waits meanwhile.
   absl::Status CompactIfLarge();
   absl::Status Compact();
 
@@ -78,15 +90,28 @@ class StateLog {
 
  private:
   StateLog(std::string path, StateHeader header, PoolSet* pools)
-      : path_(std::move(path)), header_(std::move(header)), pools_(pools) {}
+      : path_(std::move(path)),
+        header_(std::move(header)),
+        pools_(pools),
+        block_size_(pools->layout().spec().block_size) {}
 
   std::string path_;
   StateHeader header_;
   PoolSet* pools_;
+  int32_t block_size_;
   RecordWriter writer_;
   uint64_t snapshot_bytes_ = 0;
   LeaseId logged_next_lease_ = 0;
   uint64_t flushes_ = 0;
+  // Per sequence logged since the last snapshot: its incarnation, blocks and tail as logged, so
+  // that a decode step's record carries what is new (keptBlocks, keptTail), not the whole table.
+  struct Logged {
+    uint64_t incarnation = 0;
+    size_t blocks = 0;
+    int64_t full_blocks = 0;  // the tail below follows them
+    size_t tail = 0;
+  };
+  absl::flat_hash_map<std::pair<PoolIndex, SeqId>, Logged> logged_;
 };
 
 }  // namespace kvp

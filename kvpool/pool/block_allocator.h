@@ -108,7 +108,7 @@ class BlockAllocator {
   // Every lease's holdings that are not empty, copied: for checks against the sequence tables.
   absl::flat_hash_map<LeaseId, LeaseHoldings> Holdings() const;
 
-  // ---- Persistence (kvpoold's state log, docs/design.md §9) ----
+  // ---- Persistence (kvpoold's state log, docs/design.md §10) ----
   // From now on every block that enters or leaves the prefix index is added to `indexed`, every
   // block reserved or no longer reserved to `reserved` (null: stop). REQUIRES: the sets outlive
   // the allocator or the next call.

@@ -54,7 +54,7 @@ class LeaseTable {
 
   size_t size() const { return leases_.size(); }
 
-  // ---- Persistence (kvpoold's state log, docs/design.md §9) ----
+  // ---- Persistence (kvpoold's state log, docs/design.md §10) ----
   struct ClientLease {
     LeaseId id = 0;
     std::string client;

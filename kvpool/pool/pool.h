@@ -16,7 +16,7 @@
 
 namespace kvp {
 
-// A pool's state as kvpoold's state log keeps it (docs/design.md §9): its committed sequences,
+// A pool's state as kvpoold's state log keeps it (docs/design.md §10): its committed sequences,
 // its prefix index (BlockAllocator::Indexed order) and which blocks are reserved (a job may be
 // writing them). Everything else follows from these.
 struct PoolImage {

@@ -51,7 +51,7 @@ class PoolSet {
   int64_t HeldBy(LeaseId lease) const;
   size_t num_sequences() const;  // homes only
 
-  // ---- Persistence (kvpoold's state log, docs/design.md §9) ----
+  // ---- Persistence (kvpoold's state log, docs/design.md §10) ----
   struct Changes {
     std::vector<PoolChanges> pools;     // one per pool
     absl::flat_hash_set<LeaseId> leases;  // client leases granted or ended

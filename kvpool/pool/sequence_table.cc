@@ -33,6 +33,7 @@ absl::StatusOr<AppendPlan> SequenceTable::Append(SeqId seq, LeaseId lease,
     s.owner = lease;
     s.scope = scope.value_or(SharingScope());
     s.full_hash = s.scope.root;
+    s.incarnation = next_incarnation_++;
   } else if (scope.has_value() && !(*scope == s.scope)) {
     return absl::FailedPreconditionError(absl::StrCat(
         "sequence ", seq, " was created in another cache namespace; it keeps that one"));
@@ -162,6 +163,7 @@ absl::StatusOr<std::vector<BlockMove>> SequenceTable::Import(SeqId seq, LeaseId 
   }
   Sequence& s = seqs_[seq];
   s.owner = lease;
+  s.incarnation = next_incarnation_++;
   s.scope = image.scope;
   s.full_hash = image.scope.root;
   s.blocks = std::move(table);
@@ -270,6 +272,7 @@ absl::Status SequenceTable::Fork(SeqId src, SeqId dst, LeaseId lease) {
     return absl::AlreadyExistsError(absl::StrCat("sequence ", dst, " exists"));
   Sequence copy;
   copy.owner = lease;
+  copy.incarnation = next_incarnation_++;
   copy.blocks = from->blocks;
   copy.length = from->length;
   copy.full_hash = from->full_hash;
@@ -356,7 +359,8 @@ std::optional<CommittedSequence> SequenceTable::Committed(SeqId seq) const {
                                 .tail = s.tail,
                                 .tail_digests = s.tail_digests,
                                 .blocks = {s.blocks.begin(), s.blocks.begin() + committed_blocks},
-                                .keys = {}}};
+                                .keys = {}},
+                      .incarnation = s.incarnation};
   if (s.has_pending && !s.pending.plan.copies.empty()) {
     c.image.blocks.back() = s.pending.plan.copies.front().first;
   }
@@ -376,6 +380,7 @@ absl::Status SequenceTable::Restore(SeqId seq, CommittedSequence c) {
   }
   Sequence s;
   s.owner = c.owner;
+  s.incarnation = next_incarnation_++;
   s.blocks = std::move(c.image.blocks);
   s.length = image.length;
   s.full_hash = image.full_hash;

@@ -57,10 +57,14 @@ struct SequenceImage {
 };
 
 // A sequence as it was last committed, with its owner: what kvpoold's state log keeps of it
-// (docs/design.md §9). `image.keys` is empty: the log keeps the prefix index apart.
+// (docs/design.md §10). `image.keys` is empty: the log keeps the prefix index apart.
 struct CommittedSequence {
   LeaseId owner = 0;
   SequenceImage image;
+  // Which life of its id this is: a new one for every sequence created (appended to when new,
+  // forked, imported, restored). Within one life a table only grows, apart from its last block
+  // (a copy-on-write), so a log may send just the blocks after those it sent before.
+  uint64_t incarnation = 0;
 };
 
 // The block copies an import needs: image.blocks[i] of the source pool onto `target`.
@@ -126,7 +130,7 @@ class SequenceTable {
   // Every sequence here, imports in flight included; in no particular order.
   std::vector<SeqId> Ids() const;
 
-  // ---- Persistence (kvpoold's state log, docs/design.md §9) ----
+  // ---- Persistence (kvpoold's state log, docs/design.md §10) ----
   // From now on every sequence whose committed state changes (commit, fork, release, a lease's
   // end) is added to `changed` (null: stop). REQUIRES: `changed` outlives the table or the next call.
   void TrackChanges(absl::flat_hash_set<SeqId>* changed) { changes_ = changed; }
@@ -167,6 +171,7 @@ class SequenceTable {
     SharingScope scope;
     bool has_pending = false;
     Pending pending;
+    uint64_t incarnation = 0;
   };
 
   absl::StatusOr<Sequence*> Find(SeqId seq);
@@ -178,6 +183,7 @@ class SequenceTable {
   int32_t block_size_;
   absl::flat_hash_map<SeqId, Sequence> seqs_;
   absl::flat_hash_set<SeqId>* changes_ = nullptr;
+  uint64_t next_incarnation_ = 1;
 };
 
 }  // namespace kvp

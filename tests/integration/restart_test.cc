@@ -1,4 +1,4 @@
-// kvpoold restarts without losing the cache (docs/design.md §9), with real processes on the host
+// kvpoold restarts without losing the cache (docs/design.md §10), with real processes on the host
 // backend: kvpoold logs its state under --state_dir and keeps its arena's chunks in a stand-in
 // for systemd's fd store; after SIGKILL, SIGTERM or a crash at any step of any request, the next
 // kvpoold adopts the chunks, replays the log, and every sequence a client was told exists
@@ -27,11 +27,15 @@ std::vector<int32_t> Tokens(int n, int32_t first) {
   return t;
 }
 
-// Two host pools (for migrations), a prefill worker on pool 0 and a decode worker on each.
+// Two pools (for migrations), a prefill worker on pool 0 and a decode worker on each: host pools,
+// or with KVPOOL_TEST_BACKEND=cuda two pools on GPU 0.
 std::unique_ptr<ServiceProcesses> StartKeepingState() {
   ServiceOptions options;
   options.keep_state = true;
-  options.daemon_flags = {"--pools=2", "--recovery_grace_ms=60000"};
+  const char* backend = std::getenv("KVPOOL_TEST_BACKEND");
+  options.backend = backend != nullptr && backend[0] != '\0' ? backend : "host";
+  options.daemon_flags = {options.backend == "cuda" ? "--gpus=0,0" : "--pools=2",
+                          "--recovery_grace_ms=60000"};
   options.prefill_workers = 1;
   options.prefill_pools = {0};
   options.decode_workers = 2;
