@@ -7,6 +7,7 @@
 //   kvpool-bench kernels [--quick] [--only=S,...] [--json=PATH] (CUDA builds, on a GPU)
 //   kvpool-bench attach [--gib=N] [--chunk-gib=C] [--json=PATH]  (CUDA builds, on a GPU)
 //   kvpool-bench migrate [--source_gpu=0] [--target_gpu=0] [--json=PATH]  (CUDA builds)
+//   kvpool-bench recovery [--sequences=N] [--arena_gib=G] [--cuda] [--json=PATH]
 #include <unistd.h>
 
 #include <cstdio>
@@ -26,6 +27,7 @@
 #include "bench/accuracy.h"
 #include "bench/broker_bench.h"
 #include "bench/pool_bench.h"
+#include "bench/recovery_bench.h"
 #include "tools/file_io.h"
 #if defined(KVP_HAVE_CUDA)
 #include <cuda_runtime_api.h>
@@ -42,6 +44,7 @@ constexpr char kUsage[] =
     "usage: kvpool-bench accuracy [--seqs=N] [--context=T] [--seed=S] [--json=PATH]\n"
     "       kvpool-bench pool [--json=PATH]\n"
     "       kvpool-bench broker [--json=PATH]\n"
+    "       kvpool-bench recovery [--sequences=100000] [--arena_gib=64] [--cuda] [--json=PATH]\n"
     "       kvpool-bench kernels [--quick] [--only=SECTION,...] [--json=PATH]\n"
     "       kvpool-bench attach [--gib=64] [--chunk-gib=1] [--json=PATH]\n"
     "       kvpool-bench migrate [--source_gpu=0] [--target_gpu=0] [--json=PATH]\n"
@@ -50,6 +53,8 @@ constexpr char kUsage[] =
     "            synthetic data with peaked attention (CPU reference kernels)\n"
     "  pool      block operations per second of the pool's bookkeeping on one core\n"
     "  broker    kvpoold's own time per decode step (batch 64, 32k context), no sockets\n"
+    "  recovery  a restart's replay of the state log and restore of the pools (--cuda: and the\n"
+    "            adoption of a cuda arena's chunks from fds whose creator is gone)\n"
     "  kernels   every CUDA kernel timed on the GPU: median time, bytes, TB/s and the fraction\n"
     "            of the device-to-device copy bandwidth measured in the same run; --only picks\n"
     "            sections: dense, shapes, sparse_v, layer, batched, cache_write, block_copy,\n"
@@ -150,6 +155,19 @@ int Pool(const Flags& flags) {
       [](const Report& r) { return kvp::bench::PoolJson(r, kvp::TodayUtc(), kvp::Hostname()); });
 }
 
+int Recovery(const Flags& flags) {
+  kvp::bench::RecoveryBenchOptions options;
+  double gib = 64;
+  if (!flags.Positive("sequences", &options.sequences) || !flags.Positive("arena_gib", &gib)) {
+    return Usage("--sequences and --arena_gib take positive numbers");
+  }
+  options.arena_bytes = static_cast<uint64_t>(gib * double(uint64_t{1} << 30));
+  options.cuda = flags.Has("cuda");
+  using Report = kvp::bench::RecoveryReport;
+  return Finish<Report>(kvp::bench::RunRecoveryBench(options), flags, kvp::bench::RecoveryTable,
+                        [](const Report& r) { return kvp::bench::RecoveryJson(r, kvp::TodayUtc()); });
+}
+
 int Broker(const Flags& flags) {
   using Report = kvp::bench::BrokerBenchResult;
   return Finish<Report>(
@@ -216,6 +234,7 @@ int main(int argc, char** argv) {
   if (command == "accuracy") return run({"seqs", "context", "seed", "json"}, Accuracy);
   if (command == "pool") return run({"json"}, Pool);
   if (command == "broker") return run({"json"}, Broker);
+  if (command == "recovery") return run({"sequences", "arena_gib", "cuda", "json"}, Recovery);
 #if defined(KVP_HAVE_CUDA)
   if (command == "kernels") return run({"quick", "only", "json"}, Kernels);
   if (command == "attach") {

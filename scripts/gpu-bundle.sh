@@ -9,4 +9,4 @@ rm -rf gpu-bundle
 ./scripts/bundle-binaries.sh gpu-bundle build/tests/kernels/cuda_kernels_test build/tests/kvpool/cuda_arena_test \
   build/tests/kvpool/kvpool_arena_child build/bench/kvpool-bench \
   build/daemon/kvpoold build/worker/kvpool-worker build/client/kvpoolctl \
-  build/tests/integration/service_gpu_test
+  build/tests/integration/service_gpu_test build/tests/integration/restart_test

@@ -8,6 +8,10 @@
 //                                                          DEVICE (default: the arena's own;
 //                                                          another one reads it as a peer). CUDA
 //                                                          builds.
+//   kvpool_arena_child cuda-create PATH PATTERN            create a cuda arena on GPU 0, fill
+//                                                          page 0 with PATTERN, serve it on an fd
+//                                                          channel at PATH, exit on "exit" (as a
+//                                                          kvpoold that dies). CUDA builds.
 #include <unistd.h>
 
 #include <cstdint>
@@ -38,6 +42,36 @@ int Fail(const std::string& why) {
 int main(int argc, char** argv) {
   if (argc < 3) return Fail("usage: kvpool_arena_child MODE PATH [...]");
   const std::string mode = argv[1], path = argv[2];
+#if defined(KVP_HAVE_CUDA)
+  if (mode == "cuda-create" && argc == 4) {
+    const uint64_t g = kvp::CudaArena::Granularity(0).value();
+    auto arena = kvp::CudaArena::Create(0, 8 * g, 16 * g, 16 * g);
+    if (!arena.ok()) return Fail(arena.status().ToString());
+    const uint64_t pattern = std::strtoull(argv[3], nullptr, 16);
+    uint64_t page[kPage / 8];
+    for (uint64_t& v : page) v = pattern;
+    if (cudaMemcpy(arena->base(), page, kPage, cudaMemcpyHostToDevice) != cudaSuccess ||
+        cudaDeviceSynchronize() != cudaSuccess) {
+      return Fail("writing the cuda arena");
+    }
+    auto server = kvp::FdChannelServer::Listen(path, kvp::AllowList{{::getuid()}, {}});
+    if (!server.ok()) return Fail(server.status().ToString());
+    auto peer = server->Accept(20000);
+    if (!peer.ok()) return Fail(peer.status().ToString());
+    kvp::ArenaDescription d;
+    d.kind = kvp::ArenaKind::kCuda;
+    d.device = 0;
+    d.chunk_bytes = arena->chunk_sizes();
+    d.num_blocks = 1;
+    auto fds = arena->ExportFds();
+    if (!fds.ok()) return Fail(fds.status().ToString());
+    std::vector<int> raw;
+    for (const kvp::UniqueFd& fd : *fds) raw.push_back(fd.get());
+    if (!peer->SendArena(d, raw).ok()) return Fail("sending the arena");
+    peer->Receive(30000).IgnoreError();  // "exit"
+    return 0;  // the arena, its handles and its mapping go with this process
+  }
+#endif
   absl::StatusOr<kvp::FdPeer> peer = kvp::ConnectFdChannel(path);
   if (!peer.ok()) return Fail(peer.status().ToString());
   auto arena = peer->ReceiveArena(5000);

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -86,6 +87,71 @@ void ExpectTwoProcessesShareTheArena(int child_device) {
   int status = 0;
   ::waitpid(child, &status, 0);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+}
+
+// A kvpoold restart keeps the arena (docs/design.md §10) because cuMemCreate memory exported as
+// POSIX fds lives while any process holds an fd or a mapping of it. The child creates an arena,
+// fills page 0, hands us its fds and exits; `map_first`: we map before it exits (a worker's
+// mapping holds the memory), else we hold only the fds (as systemd's fd store does) and adopt
+// them afterwards. Either way the pattern is still there, and the adopted arena can be handed on.
+void ExpectChunksOutliveTheirCreator(bool map_first) {
+  const std::string path = absl::StrCat("/tmp/kvpool-cuda-create-", ::getpid(), ".sock");
+  ::unlink(path.c_str());
+  const pid_t child = ::fork();
+  if (child == 0) {
+    ::execl(g_child.c_str(), g_child.c_str(), "cuda-create", path.c_str(), "5a5a00ff5a5a00ff",
+            nullptr);
+    ::_exit(127);
+  }
+  absl::StatusOr<FdPeer> peer = absl::UnavailableError("not yet");
+  for (int i = 0; i < 400 && !peer.ok(); ++i) {
+    ::usleep(50'000);
+    peer = ConnectFdChannel(path);
+  }
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  auto arena = peer->ReceiveArena(20000);
+  ASSERT_TRUE(arena.ok()) << arena.status();
+  const std::vector<uint64_t> chunks = arena->first.chunk_bytes;
+  std::optional<CudaArenaMapping> mapping;
+  std::vector<UniqueFd> fds = std::move(arena->second);
+  if (map_first) {
+    auto m = CudaArenaMapping::Map(0, chunks, std::move(fds));
+    ASSERT_TRUE(m.ok()) << m.status();
+    mapping.emplace(*std::move(m));
+  }
+  ASSERT_TRUE(peer->Send("exit").ok());
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;  // the creator is gone
+  std::vector<uint64_t> page(kPage / 8);
+  if (map_first) {
+    ASSERT_EQ(cudaMemcpy(page.data(), mapping->base(), kPage, cudaMemcpyDeviceToHost), cudaSuccess);
+  } else {
+    absl::StatusOr<CudaArena> adopted = CudaArena::Adopt(0, chunks.at(0), std::move(fds));
+    ASSERT_TRUE(adopted.ok()) << adopted.status();
+    ASSERT_EQ(cudaMemcpy(page.data(), adopted->base(), kPage, cudaMemcpyDeviceToHost), cudaSuccess);
+    // What a restarted kvpoold does next: export the adopted chunks to its workers.
+    EXPECT_EQ(adopted->ExportFds().value().size(), chunks.size());
+  }
+  for (uint64_t v : page) ASSERT_EQ(v, 0x5A5A00FF5A5A00FFull) << "the memory did not survive";
+}
+
+TEST_F(CudaArenaTest, ChunksOutliveTheirCreatorWhileAnotherProcessMapsThem) {
+  ExpectChunksOutliveTheirCreator(/*map_first=*/true);
+}
+
+TEST_F(CudaArenaTest, ChunksOutliveTheirCreatorWhileAnotherProcessHoldsTheirFds) {
+  ExpectChunksOutliveTheirCreator(/*map_first=*/false);
+}
+
+TEST_F(CudaArenaTest, AdoptRefusesChunksOfAnotherDevice) {
+  int n = 0;
+  cudaGetDeviceCount(&n);
+  if (n < 2) GTEST_SKIP() << "needs two GPUs";
+  const uint64_t g = CudaArena::Granularity(0).value();
+  CudaArena arena = CudaArena::Create(0, 8 * g, 8 * g, 8 * g).value();
+  EXPECT_EQ(CudaArena::Adopt(1, 8 * g, arena.ExportFds().value()).status().code(),
+            absl::StatusCode::kFailedPrecondition);
 }
 
 TEST_F(CudaArenaTest, AnotherProcessOnTheSameGpuSeesOurWritesAndWeSeeItsWrites) {
