@@ -205,6 +205,7 @@ absl::Status DaemonLoop::Run() {
   const auto describe = [&](PoolIndex i) {
     ArenaDescription description;
     description.epoch = broker_->options().epoch;
+    description.arena_id = i < options_.arena_ids.size() ? options_.arena_ids[i] : 0;
     description.num_blocks = pools_->pool(i).blocks().num_blocks();
     description.spec = pools_->layout().spec();
     return description;

@@ -33,6 +33,9 @@ struct DaemonOptions {
   int metrics_port = -1;       // -1: no HTTP endpoint; 0: any free port
   int tick_millis = 50;
   int64_t drain_timeout_millis = 30'000;
+  // Per pool: the id its arena is handed out with (ArenaDescription::arena_id, the state log's
+  // pool id); none: 0.
+  std::vector<uint64_t> arena_ids;
   // The fd channel's path, the epoch and the message size limit are the Broker's options.
 };
 

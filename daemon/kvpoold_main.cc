@@ -104,6 +104,9 @@ ABSL_FLAG(int, recovery_grace_ms, 30000,
 ABSL_FLAG(int, recovery_quarantine_ms, 60000,
           "after a restart, blocks a job of the last kvpoold was writing stay out of use until its "
           "workers have registered again or exited, or this long at most");
+ABSL_FLAG(int, recovery_wait_ms, 10000,
+          "after a restart whose arena is not in systemd's fd store, how long to wait for a "
+          "worker to hand it back before starting empty");
 ABSL_FLAG(std::string, crash_at, "",
           "for tests only: SIGKILL kvpoold at STEP:KIND:N (daemon/crash_points.h)");
 ABSL_FLAG(bool, allow_nonfinite, false,
@@ -321,16 +324,32 @@ absl::Status Main() {
   }
   std::vector<std::unique_ptr<ServedArena>> arenas;
   std::vector<PoolIdentity> pool_ids;
+  std::vector<size_t> handed_back;  // pools whose chunks came from workers, not the fd store
   if (recovered.has_value()) {
     const PoolsAsked asked{.spec = spec,
                            .block_stride = layout.block_stride(),
                            .gpus = AskedGpus(recovered->header),
                            .arena_bytes = arena_bytes_asked};
     absl::StatusOr<std::vector<std::unique_ptr<ServedArena>>> adopted =
-        AdoptArenas(recovered->header, asked, fd_store);
+        absl::FailedPreconditionError("not adopted");
+    if (absl::Status same = CheckLoggedPools(recovered->header, asked); !same.ok()) {
+      adopted = same;
+    } else {
+      // From the fd store, else from the workers that still map the arena.
+      auto chunks = TakeStoredChunks(recovered->header, fd_store);
+      for (size_t i = 0; i < chunks.size(); ++i) {
+        if (!chunks[i].has_value()) handed_back.push_back(i);
+      }
+      AwaitHandBack(recovered->header, ReturnChannelIn(runtime_dir), options.allow,
+                    absl::GetFlag(FLAGS_recovery_wait_ms), chunks);
+      adopted = AdoptArenas(recovered->header, std::move(chunks));
+    }
     if (adopted.ok()) {
       arenas = *std::move(adopted);
       pool_ids = recovered->header.pools;
+      if (!handed_back.empty() && fd_store.available()) {
+        RETURN_IF_ERROR(StoreArenas(arenas, pool_ids, fd_store, handed_back));
+      }
     } else {
       starts_empty_because = std::string(adopted.status().message());
       recovered.reset();
@@ -356,8 +375,8 @@ absl::Status Main() {
     if (!state_dir.empty() && fd_store.available()) {
       RETURN_IF_ERROR(StoreArenas(arenas, pool_ids, fd_store));
     } else if (!state_dir.empty()) {
-      spdlog::warn("no fd store (NOTIFY_SOCKET is not set: not under systemd): the bookkeeping "
-                   "is logged, but the next start cannot get the arena back and starts empty");
+      spdlog::warn("no fd store (NOTIFY_SOCKET is not set: not under systemd): a restart gets "
+                   "the arena back only from workers that still map it");
     }
   }
   const ContentDigester::Key digest_key =
@@ -442,6 +461,7 @@ absl::Status Main() {
     spdlog::info("state dir {}: recovered {} sequences and {} blocks, {} ms after start",
                  state_dir, restored.sequences, restored.blocks, recovery_micros / 1000);
   }
+  for (const PoolIdentity& id : pool_ids) options.arena_ids.push_back(id.id);
   DaemonLoop loop(options, std::move(served), pools.get(), &broker, &clock, state_log.get(),
                   &crash);
   return loop.Run();

@@ -5,10 +5,13 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "daemon/fd_store.h"
+#include "kvpool/arena/fd_channel.h"
 #include "daemon/served_arena.h"
 #include "daemon/state/state_log.h"
 #include "kvpool/pool/pool_set.h"
@@ -23,19 +26,35 @@ struct PoolsAsked {
   uint64_t arena_bytes = 0;
 };
 
-// The arenas `header` describes, their chunks taken from `store` and mapped again.
-// FAILED_PRECONDITION naming the first difference from `asked` or the first missing chunk.
-absl::StatusOr<std::vector<std::unique_ptr<ServedArena>>> AdoptArenas(const StateHeader& header,
-                                                                      const PoolsAsked& asked,
-                                                                      FdStore& store);
+// OK when `header` describes the pools `asked` for; FAILED_PRECONDITION naming the difference.
+absl::Status CheckLoggedPools(const StateHeader& header, const PoolsAsked& asked);
+
+// Each logged pool's chunk fds, taken from `store`; nullopt for a pool whose chunks are not all
+// there.
+std::vector<std::optional<std::vector<UniqueFd>>> TakeStoredChunks(const StateHeader& header,
+                                                                   FdStore& store);
+
+// Waits up to `timeout_ms` on a return channel at `path` (ReturnChannelIn) for workers to hand
+// back the chunks of the pools still missing in `chunks` (docs/design.md §10). A worker sends the
+// description it attached with and its fds; kvpoold takes them when the description's arena id
+// is a missing pool's and its chunks are the logged ones, and answers "ok" (or why not).
+void AwaitHandBack(const StateHeader& header, const std::string& path, const AllowList& allow,
+                   int timeout_ms, std::vector<std::optional<std::vector<UniqueFd>>>& chunks);
+
+// The logged pools' arenas from their chunk fds (one entry per pool, all present), mapped again.
+// FAILED_PRECONDITION when a chunk is not what the log says (size, kind, device).
+absl::StatusOr<std::vector<std::unique_ptr<ServedArena>>> AdoptArenas(
+    const StateHeader& header, std::vector<std::optional<std::vector<UniqueFd>>> chunks);
 
 // New random pool ids for `arenas`, with their GPUs and chunks.
 std::vector<PoolIdentity> NewPoolIdentities(
     const std::vector<std::unique_ptr<ServedArena>>& arenas, int32_t num_blocks);
 
-// Keeps a duplicate of every chunk fd in `store`, named by ChunkFdName.
+// Keeps a duplicate of every chunk fd of the pools in `which` (all: empty) in `store`, named by
+// ChunkFdName.
 absl::Status StoreArenas(const std::vector<std::unique_ptr<ServedArena>>& arenas,
-                         const std::vector<PoolIdentity>& ids, FdStore& store);
+                         const std::vector<PoolIdentity>& ids, FdStore& store,
+                         const std::vector<size_t>& which = {});
 
 struct RestoredPools {
   uint64_t sequences = 0;

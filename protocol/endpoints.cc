@@ -37,6 +37,14 @@ std::string FdChannelIn(const std::string& runtime_dir, int pool) {
   return absl::StrCat(runtime_dir, "/kvpoold-", pool, ".fds");
 }
 
+std::string ReturnChannelIn(const std::string& runtime_dir) {
+  return absl::StrCat(runtime_dir, "/kvpoold-return.fds");
+}
+
+std::string ReturnChannelBeside(const std::string& fd_channel) {
+  return ReturnChannelIn(std::filesystem::path(fd_channel).parent_path().string());
+}
+
 absl::Status PrepareRuntimeDir(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

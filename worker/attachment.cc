@@ -24,14 +24,15 @@ constexpr int kAttachTimeoutMs = 10'000;
 class HostAttachment : public Attachment {
  public:
   HostAttachment(HostArenaMapping mapping, BlockLayout layout, const JobContext& ctx,
-                 uint64_t epoch)
-      : Attachment(ctx, epoch, layout.block_stride()),
+                 uint64_t epoch, ArenaDescription description)
+      : Attachment(ctx, epoch, layout.block_stride(), std::move(description)),
         mapping_(std::move(mapping)),
         executor_(std::move(layout), mapping_.base(), ctx) {}
   Executor& executor() override { return executor_; }
   const char* backend_name() const override { return "host"; }
 
  protected:
+  const std::vector<UniqueFd>& chunk_fds() const override { return mapping_.fds(); }
   class HostSource : public SourceMapping {
    public:
     explicit HostSource(HostArenaMapping mapping) : mapping_(std::move(mapping)) {}
@@ -58,8 +59,9 @@ class HostAttachment : public Attachment {
 class CudaAttachment : public Attachment {
  public:
   CudaAttachment(CudaArenaMapping mapping, std::unique_ptr<CudaExecutor> executor, int device,
-                 const JobContext& ctx, uint64_t epoch, int64_t block_stride)
-      : Attachment(ctx, epoch, block_stride),
+                 const JobContext& ctx, uint64_t epoch, int64_t block_stride,
+                 ArenaDescription description)
+      : Attachment(ctx, epoch, block_stride, std::move(description)),
         mapping_(std::move(mapping)),
         executor_(std::move(executor)),
         device_(device) {}
@@ -68,6 +70,7 @@ class CudaAttachment : public Attachment {
   const char* backend_name() const override { return "cuda"; }
 
  protected:
+  const std::vector<UniqueFd>& chunk_fds() const override { return mapping_.fds(); }
   class CudaSource : public SourceMapping {
    public:
     explicit CudaSource(CudaArenaMapping mapping) : mapping_(std::move(mapping)) {}
@@ -176,6 +179,18 @@ WorkerServes ServedFor(Backend backend, wire::Role role) {
   return serves;
 }
 
+absl::Status Attachment::HandBack(const std::string& path) const {
+  ASSIGN_OR_RETURN(FdPeer peer, ConnectFdChannel(path));
+  std::vector<int> fds;
+  for (const UniqueFd& fd : chunk_fds()) fds.push_back(fd.get());
+  RETURN_IF_ERROR(peer.SendArena(description_, fds));
+  ASSIGN_OR_RETURN(const std::string answer, peer.Receive(kAttachTimeoutMs));
+  if (answer != "ok") {
+    return absl::FailedPreconditionError(absl::StrCat("kvpoold did not take it: ", answer));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<Attachment>> Attach(const std::string& path, Backend backend,
                                                    int gpu, const JobContext& ctx,
                                                    uint64_t epoch) {
@@ -197,7 +212,7 @@ absl::StatusOr<std::unique_ptr<Attachment>> Attach(const std::string& path, Back
     ASSIGN_OR_RETURN(HostArenaMapping mapping,
                      HostArenaMapping::Map(description.chunk_bytes, std::move(fds)));
     return std::unique_ptr<Attachment>(
-        new HostAttachment(std::move(mapping), std::move(layout), ctx, epoch));
+        new HostAttachment(std::move(mapping), std::move(layout), ctx, epoch, description));
   }
   if (backend == Backend::kHost) {
     return absl::FailedPreconditionError(
@@ -211,7 +226,7 @@ absl::StatusOr<std::unique_ptr<Attachment>> Attach(const std::string& path, Back
   ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutor> executor,
                    CudaExecutor::Create(std::move(layout), mapping.base(), ctx, device));
   return std::unique_ptr<Attachment>(new CudaAttachment(std::move(mapping), std::move(executor),
-                                                        device, ctx, epoch, stride));
+                                                        device, ctx, epoch, stride, description));
 #else
   (void)gpu;
   return absl::FailedPreconditionError("kvpoold serves a cuda arena; this build has no CUDA");

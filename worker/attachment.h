@@ -39,9 +39,19 @@ class Attachment {
   // access, or another layout).
   absl::StatusOr<uint64_t> PullBlocks(const MigrateWork& work);
 
+  // Hands this arena back to a restarted kvpoold that lacks it (docs/design.md §10): connects to
+  // its return channel at `path` and sends the description it was received with and its chunk
+  // fds. OK when kvpoold took it; FAILED_PRECONDITION naming why it did not; UNAVAILABLE when
+  // nobody listens there.
+  absl::Status HandBack(const std::string& path) const;
+
  protected:
-  Attachment(const JobContext& ctx, uint64_t epoch, int64_t block_stride)
-      : ctx_(ctx), epoch_(epoch), block_stride_(block_stride) {}
+  Attachment(const JobContext& ctx, uint64_t epoch, int64_t block_stride,
+             ArenaDescription description)
+      : ctx_(ctx), epoch_(epoch), block_stride_(block_stride),
+        description_(std::move(description)) {}
+  // The fds of this pool's own arena, as received.
+  virtual const std::vector<UniqueFd>& chunk_fds() const = 0;
 
   // Another pool's arena mapped for reading by this worker's backend.
   class SourceMapping {
@@ -62,6 +72,7 @@ class Attachment {
   JobContext ctx_;
   uint64_t epoch_;
   int64_t block_stride_;
+  ArenaDescription description_;  // of this pool's arena
   absl::flat_hash_map<std::string, Source> sources_;  // by fd channel
 };
 

@@ -10,6 +10,7 @@
 #include "base/status_macros.h"
 #include "protocol/capabilities_codec.h"
 #include "protocol/dealer.h"
+#include "protocol/endpoints.h"
 #include "protocol/guard.h"
 #include "protocol/lists.h"
 #include "protocol/spec_codec.h"
@@ -157,6 +158,23 @@ absl::Status WorkerLoop::Run(const std::atomic<bool>& stop) {
   zmq::context_t context(1);
   const std::string role = RoleName(options_.role);
   bool waiting_logged = false;
+  // The last session's arena, kept mapped while kvpoold is away: it holds the memory, and a
+  // restarted kvpoold without systemd's fd store takes it back from us (docs/design.md §10).
+  std::unique_ptr<Attachment> previous;
+  std::string previous_channel;
+  const auto offer_previous = [&] {
+    if (previous == nullptr) return;
+    const std::string back = ReturnChannelBeside(previous_channel);
+    if (::access(back.c_str(), F_OK) != 0) return;  // kvpoold is not asking
+    const absl::Status handed = previous->HandBack(back);
+    if (absl::IsUnavailable(handed)) return;  // try again while waiting
+    if (handed.ok()) {
+      spdlog::info("handed the arena of our pool back to the restarted kvpoold");
+    } else {
+      spdlog::info("kvpoold did not need our arena: {}", std::string(handed.message()));
+    }
+    previous.reset();
+  };
   for (int session_number = 1; !stop; ++session_number) {
     const std::string identity =
         absl::StrCat("worker-", role, "-", ::getpid(), "-", session_number);
@@ -171,6 +189,7 @@ absl::Status WorkerLoop::Run(const std::atomic<bool>& stop) {
                      std::string(session.status().message()));
         waiting_logged = true;
       }
+      offer_previous();
       std::this_thread::sleep_for(std::chrono::milliseconds(200));
       continue;
     }
@@ -182,6 +201,7 @@ absl::Status WorkerLoop::Run(const std::atomic<bool>& stop) {
       spdlog::warn("attach failed, registering again: {}", attachment.status().ToString());
       continue;
     }
+    previous.reset();  // kvpoold has its arena again
     spdlog::info("registered: role={} pool={} lease={} backend={} blocks={} {}", role,
                  session->pool, session->lease, (*attachment)->backend_name(),
                  session->ctx.num_blocks,
@@ -221,7 +241,11 @@ absl::Status WorkerLoop::Run(const std::atomic<bool>& stop) {
       }
     }
     heartbeats.join();
-    if (lost) spdlog::warn("lost kvpoold; unmapping the arena and registering again");
+    if (lost) {
+      spdlog::warn("lost kvpoold; keeping the arena mapped and registering again");
+      previous = *std::move(attachment);
+      previous_channel = session->fd_channel;
+    }
   }
   return absl::OkStatus();
 }

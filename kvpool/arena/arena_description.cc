@@ -10,7 +10,7 @@ namespace kvp {
 namespace {
 
 constexpr uint32_t kMagic = 0x4B56504Cu;  // "KVPL"
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;  // 2: arena_id after the epoch
 
 class Writer {
  public:
@@ -55,6 +55,7 @@ std::string EncodeArenaDescription(const ArenaDescription& d) {
   w.Put(kVersion);
   w.Put(static_cast<uint8_t>(d.kind));
   w.Put(d.epoch);
+  w.Put(d.arena_id);
   w.Put(d.device);
   w.Put(static_cast<uint32_t>(d.chunk_bytes.size()));
   for (uint64_t b : d.chunk_bytes) w.Put(b);
@@ -83,12 +84,15 @@ absl::StatusOr<ArenaDescription> DecodeArenaDescription(absl::Span<const uint8_t
   uint8_t kind;
   ArenaDescription d;
   if (!r.Get(&magic) || !r.Get(&version)) return truncated();
-  if (magic != kMagic || version != kVersion) {
+  if (magic != kMagic || version < 1 || version > kVersion) {
     return absl::InvalidArgumentError(absl::StrCat("arena description has magic ", magic,
                                                    " version ", version,
-                                                   "; this build reads version ", kVersion));
+                                                   "; this build reads versions 1 to ", kVersion));
   }
-  if (!r.Get(&kind) || !r.Get(&d.epoch) || !r.Get(&d.device) || !r.Get(&chunks)) return truncated();
+  if (!r.Get(&kind) || !r.Get(&d.epoch) || (version >= 2 && !r.Get(&d.arena_id)) ||
+      !r.Get(&d.device) || !r.Get(&chunks)) {
+    return truncated();
+  }
   if (kind != static_cast<uint8_t>(ArenaKind::kHost) &&
       kind != static_cast<uint8_t>(ArenaKind::kCuda)) {
     return absl::InvalidArgumentError(absl::StrCat("unknown arena kind ", kind));

@@ -20,6 +20,9 @@ inline constexpr int kMaxArenaChunks = 250;  // fds in one SCM_RIGHTS message (S
 struct ArenaDescription {
   ArenaKind kind = ArenaKind::kHost;
   uint64_t epoch = 0;
+  // The pool's id, which stays the same across kvpoold restarts that keep the arena (its state
+  // log names it; a worker handing the arena back says which pool it is). Version 2 and up.
+  uint64_t arena_id = 0;
   int32_t device = -1;                // CUDA device ordinal of a cuda arena
   std::vector<uint64_t> chunk_bytes;  // one entry per fd, in mapping order
   int64_t num_blocks = 0;
@@ -30,7 +33,8 @@ struct ArenaDescription {
 
 std::string EncodeArenaDescription(const ArenaDescription& d);
 
-// INVALID_ARGUMENT for a wrong magic/version, truncated input or an invalid PoolSpec.
+// Reads versions 1 (arena_id 0) and 2. INVALID_ARGUMENT for a wrong magic/version, truncated
+// input or an invalid PoolSpec.
 absl::StatusOr<ArenaDescription> DecodeArenaDescription(absl::Span<const uint8_t> bytes);
 
 }  // namespace kvp

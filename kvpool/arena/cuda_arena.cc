@@ -1,6 +1,7 @@
 #include "kvpool/arena/cuda_arena.h"
 
 #include <cuda_runtime_api.h>
+#include <fcntl.h>
 
 #include <utility>
 
@@ -146,7 +147,7 @@ absl::StatusOr<CudaArena> CudaArena::Adopt(int device, uint64_t chunk_bytes,
             &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fds[i].get())),
             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
         absl::StrCat("importing chunk ", i, " to adopt it"));
-    fds[i].Reset();
+    arena.adopted_fds_.push_back(std::move(fds[i]));
     CUmemAllocationProp prop{};
     if (const CUresult r = d->MemGetAllocationPropertiesFromHandle(&prop, handle);
         r != CUDA_SUCCESS || prop.location.type != CU_MEM_LOCATION_TYPE_DEVICE ||
@@ -188,6 +189,12 @@ absl::StatusOr<std::vector<UniqueFd>> CudaArena::ExportFds() const {
   ASSIGN_OR_RETURN(const CudaDriver* d, CudaDriver::Get());
   std::vector<UniqueFd> fds;
   for (size_t i = 0; i < range_.handles().size(); ++i) {
+    if (i < adopted_fds_.size()) {
+      UniqueFd dup(::fcntl(adopted_fds_[i].get(), F_DUPFD_CLOEXEC, 0));
+      if (!dup.valid()) return absl::InternalError(absl::StrCat("duplicating chunk ", i, "'s fd"));
+      fds.push_back(std::move(dup));
+      continue;
+    }
     int fd = -1;
     KVP_CU_RETURN_IF_ERROR(
         d->MemExportToShareableHandle(&fd, range_.handles()[i],
@@ -218,9 +225,9 @@ absl::StatusOr<CudaArenaMapping> CudaArenaMapping::Map(int access_device,
             &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fds[i].get())),
             CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
         absl::StrCat("importing chunk ", i));
-    fds[i].Reset();
     RETURN_IF_ERROR(m.range_.Append(handle, chunk_bytes[i], access_device));
   }
+  m.fds_ = std::move(fds);
   return m;
 }
 

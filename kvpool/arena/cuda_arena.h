@@ -65,7 +65,9 @@ class CudaArena {
   // Adds chunks until at least `bytes` are mapped; RESOURCE_EXHAUSTED past the capacity.
   absl::Status GrowTo(uint64_t bytes);
 
-  // A fresh fd per chunk, for one attaching process (the fds are the caller's).
+  // A fresh fd per chunk, for one attaching process (the fds are the caller's). For adopted
+  // chunks, duplicates of the fds they were adopted from: the driver refuses to export an
+  // imported handle again (CUDA_ERROR_INVALID_VALUE, measured on the H200).
   absl::StatusOr<std::vector<UniqueFd>> ExportFds() const;
 
   int device() const { return device_; }
@@ -77,21 +79,25 @@ class CudaArena {
   int device_ = 0;
   uint64_t chunk_bytes_ = 0;
   CudaMappedRange range_;
+  std::vector<UniqueFd> adopted_fds_;  // of the first chunks, when adopted
 };
 
 class CudaArenaMapping {
  public:
   // Imports and maps every chunk for use from `access_device` (the arena's device, or a peer of
-  // it); the fds are closed once imported.
+  // it). The fds are kept: an imported handle cannot be exported again, and the fds let the
+  // arena be handed back to a restarted kvpoold (docs/design.md §10).
   static absl::StatusOr<CudaArenaMapping> Map(int access_device,
                                               const std::vector<uint64_t>& chunk_bytes,
                                               std::vector<UniqueFd> fds);
 
   uint8_t* base() const { return range_.base(); }
   uint64_t bytes() const { return range_.mapped_bytes(); }
+  const std::vector<UniqueFd>& fds() const { return fds_; }
 
  private:
   CudaMappedRange range_;
+  std::vector<UniqueFd> fds_;
 };
 
 }  // namespace kvp

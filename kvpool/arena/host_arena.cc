@@ -138,7 +138,8 @@ absl::StatusOr<HostArenaMapping> HostArenaMapping::Map(const std::vector<uint64_
     RETURN_IF_ERROR(m.range_.MapShared(fds[i].get(), offset, chunk_bytes[i]));
     offset += chunk_bytes[i];
   }
-  return m;  // fds close here; the mappings stay
+  m.fds_ = std::move(fds);
+  return m;
 }
 
 }  // namespace kvp

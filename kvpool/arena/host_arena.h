@@ -61,15 +61,18 @@ class HostArena {
 // Another process's view of a host arena: every chunk mapped back to back.
 class HostArenaMapping {
  public:
-  // Takes ownership of `fds` and closes them once mapped (the mappings keep the memory).
+  // Takes ownership of `fds` and keeps them: the mappings hold the memory, the fds let it be
+  // handed back to a restarted kvpoold (docs/design.md §10).
   static absl::StatusOr<HostArenaMapping> Map(const std::vector<uint64_t>& chunk_bytes,
                                               std::vector<UniqueFd> fds);
 
   uint8_t* base() const { return range_.base(); }
   uint64_t bytes() const { return range_.bytes(); }
+  const std::vector<UniqueFd>& fds() const { return fds_; }
 
  private:
   AddressRange range_;
+  std::vector<UniqueFd> fds_;
 };
 
 }  // namespace kvp

@@ -29,9 +29,10 @@ std::vector<int32_t> Tokens(int n, int32_t first) {
 
 // Two pools (for migrations), a prefill worker on pool 0 and a decode worker on each: host pools,
 // or with KVPOOL_TEST_BACKEND=cuda two pools on GPU 0.
-std::unique_ptr<ServiceProcesses> StartKeepingState() {
+std::unique_ptr<ServiceProcesses> StartKeepingState(bool fd_store = true) {
   ServiceOptions options;
   options.keep_state = true;
+  options.fd_store = fd_store;
   const char* backend = std::getenv("KVPOOL_TEST_BACKEND");
   options.backend = backend != nullptr && backend[0] != '\0' ? backend : "host";
   options.daemon_flags = {options.backend == "cuda" ? "--gpus=0,0" : "--pools=2",
@@ -146,6 +147,31 @@ TEST(RestartTest, AnUpgradeBySigtermKeepsTheCache) {
   ExpectSameDecode(*before, *after, 7);
 }
 
+TEST(RestartTest, WithoutAnFdStoreTheWorkersHandTheArenaBack) {
+  auto service = StartKeepingState(/*fd_store=*/false);
+  ASSERT_NE(service, nullptr);
+  Client client(service->client_options("k8s"));
+  ASSERT_TRUE(client.Prefill(1, Tokens(150, 4)).ok());
+  ASSERT_TRUE(client.Prefill(2, Tokens(90, 6)).ok());
+  ASSERT_TRUE(client.Migrate(2, 1).ok());
+  absl::StatusOr<DecodeStepResult> one = Probe(client, 1, 10), two = Probe(client, 2, 20);
+  ASSERT_TRUE(one.ok() && two.ok());
+  EXPECT_EQ(service->Stop(service->daemon(), SIGKILL), 128 + SIGKILL);
+  ASSERT_TRUE(Restart(*service).ok());
+  absl::StatusOr<DecodeStepResult> one_after = Retry([&] { return Probe(client, 1, 10); });
+  absl::StatusOr<DecodeStepResult> two_after = Retry([&] { return Probe(client, 2, 20); });
+  ASSERT_TRUE(one_after.ok()) << one_after.status();
+  ASSERT_TRUE(two_after.ok()) << two_after.status();
+  ExpectSameDecode(*one, *one_after, 1);
+  ExpectSameDecode(*two, *two_after, 2);
+  // And again: the arena handed back is handed out, and back, once more.
+  EXPECT_EQ(service->Stop(service->daemon(), SIGKILL), 128 + SIGKILL);
+  ASSERT_TRUE(Restart(*service).ok());
+  one_after = Retry([&] { return Probe(client, 1, 10); });
+  ASSERT_TRUE(one_after.ok()) << one_after.status();
+  ExpectSameDecode(*one, *one_after, 1);
+}
+
 TEST(RestartTest, WithoutItsChunksKvpooldStartsEmptyAndSaysSo) {
   auto service = StartKeepingState();
   ASSERT_NE(service, nullptr);
@@ -154,7 +180,17 @@ TEST(RestartTest, WithoutItsChunksKvpooldStartsEmptyAndSaysSo) {
   service->Stop(service->daemon(), SIGKILL);
   service->fd_store()->Drain();
   service->fd_store()->Clear();  // as systemd does when the service is stopped, not restarted
-  ASSERT_TRUE(Restart(*service).ok());
+  // No worker holds the arena either (they are restarted too).
+  const std::vector<pid_t> workers = [&] {
+    std::vector<pid_t> all = service->prefill_workers();
+    all.insert(all.end(), service->decode_workers().begin(), service->decode_workers().end());
+    return all;
+  }();
+  for (pid_t w : workers) service->Stop(w, SIGKILL);
+  service->StartWorker("prefill", 0);
+  service->StartWorker("decode", 0);
+  service->StartWorker("decode", 1);
+  ASSERT_TRUE(Restart(*service, {"--recovery_wait_ms=500"}).ok());
   absl::StatusOr<DecodeStepResult> p = Retry([&] { return Probe(client, 8, 80); });
   EXPECT_EQ(p.status().code(), absl::StatusCode::kNotFound) << p.status();
   absl::StatusOr<PoolStats> stats = client.Stats();

@@ -63,7 +63,9 @@ absl::StatusOr<std::unique_ptr<ServiceProcesses>> ServiceProcesses::Start(
   s->daemon_flags_.insert(s->daemon_flags_.end(), options.daemon_flags.begin(),
                           options.daemon_flags.end());
   if (options.keep_state) {
-    ASSIGN_OR_RETURN(s->fd_store_, FakeFdStore::Listen(absl::StrCat(s->dir_, "/notify.sock")));
+    if (options.fd_store) {
+      ASSIGN_OR_RETURN(s->fd_store_, FakeFdStore::Listen(absl::StrCat(s->dir_, "/notify.sock")));
+    }
     s->daemon_flags_.push_back(absl::StrCat("--state_dir=", s->dir_, "/state"));
   }
   RETURN_IF_ERROR(s->RestartDaemon());
@@ -164,10 +166,12 @@ absl::Status ServiceProcesses::RestartDaemon(const std::vector<std::string>& ext
     for (size_t i = 0; i < fds.size(); ++i) {
       posix_spawn_file_actions_adddup2(&actions, fds[i], static_cast<int>(3 + i));
     }
-    std::string command = absl::StrCat("LISTEN_PID=$$ LISTEN_FDS=", fds.size(),
-                                       " LISTEN_FDNAMES='", fd_store_->joined_names(),
-                                       "' NOTIFY_SOCKET='", fd_store_->socket_path(), "' exec '",
-                                       Kvpoold(), "'");
+    std::string command = absl::StrCat("NOTIFY_SOCKET='", fd_store_->socket_path(), "' ");
+    if (!fds.empty()) {
+      absl::StrAppend(&command, "LISTEN_PID=$$ LISTEN_FDS=", fds.size(), " LISTEN_FDNAMES='",
+                      fd_store_->joined_names(), "' ");
+    }
+    absl::StrAppend(&command, "exec '", Kvpoold(), "'");
     for (const std::string& a : args) absl::StrAppend(&command, " '", a, "'");
     std::vector<std::string> argv_storage = {"/bin/sh", "-c", command};
     std::vector<char*> argv;

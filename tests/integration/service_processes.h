@@ -29,6 +29,7 @@ struct ServiceOptions {
   // kvpoold keeps its state in <runtime dir>/state and its chunks in a fake systemd fd store
   // (fake_fd_store.h), passed back to it by RestartDaemon: the cache survives restarts.
   bool keep_state = false;
+  bool fd_store = true;  // false: state kept, but no fd store (as on Kubernetes)
 };
 
 class ServiceProcesses {
