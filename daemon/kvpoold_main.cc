@@ -1,6 +1,8 @@
 // kvpoold: owns the pools' arenas (one per GPU, or --pools memfd pools) and serves requests and
 // workers (docs/design.md §1). Flags may
 // come from a file (--flagfile=/etc/kvpool/kvpoold.flags); see deploy/.
+#include <pthread.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
@@ -471,6 +473,14 @@ absl::Status Main() {
 }  // namespace kvp
 
 int main(int argc, char** argv) {
+  // Before any thread exists: threads inherit the mask, and the CUDA runtime starts threads when
+  // the arena is made, long before the loop's signalfd reads SIGTERM; a thread that did not block
+  // it would take the default action and kill kvpoold instead of letting it drain.
+  sigset_t termination;
+  sigemptyset(&termination);
+  sigaddset(&termination, SIGTERM);
+  sigaddset(&termination, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &termination, nullptr);
   absl::SetProgramUsageMessage(
       "kvpoold: the kvpool daemon. Owns the KV-cache arena and brokers prefill and decode jobs.\n"
       "Example: kvpoold --backend=host --arena_mib=512 --layers=4");
