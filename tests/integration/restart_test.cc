@@ -233,6 +233,21 @@ const char* const kReceived[] = {"prefill", "decode", "fork",     "release",
 const char* const kSent[] = {"prefillJob",  "decodeJob",  "migrateJob",   "prefillReply",
                              "decodeReply", "forkReply",  "releaseReply", "migrateReply", "*"};
 
+// Every step of every kind in turn (the first time each is reached), then random ones.
+std::vector<std::string> SystematicCrashPoints() {
+  std::vector<std::string> points;
+  for (const char* step : {"receive", "log"}) {
+    for (const char* kind : kReceived) {
+      if (std::string(kind) != "*") points.push_back(absl::StrCat(step, ":", kind, ":1"));
+    }
+  }
+  points.push_back("log:tick:1");
+  for (const char* kind : kSent) {
+    if (std::string(kind) != "*") points.push_back(absl::StrCat("send:", kind, ":1"));
+  }
+  return points;
+}
+
 std::string RandomCrashPoint(std::mt19937_64& rng) {
   const std::string step = kSteps[rng() % 3];
   std::string kind = step == "send" ? kSent[rng() % std::size(kSent)]
@@ -241,7 +256,7 @@ std::string RandomCrashPoint(std::mt19937_64& rng) {
   return absl::StrCat(step, ":", kind, ":", 1 + rng() % 4);
 }
 
-TEST(RestartTest, RandomCrashPointsKeepWhatClientsWereTold) {
+TEST(RestartTest, CrashPointsKeepWhatClientsWereTold) {
   const char* env = std::getenv("KVPOOL_CRASH_POINTS");
   const int points = env != nullptr ? std::atoi(env) : 200;
   const char* seed_env = std::getenv("KVPOOL_CRASH_SEED");
@@ -256,8 +271,10 @@ TEST(RestartTest, RandomCrashPointsKeepWhatClientsWereTold) {
   uint64_t next_seq = 1;
   const uint64_t scratch = 1'000'000;
   int crashed = 0;
+  const std::vector<std::string> in_turn = SystematicCrashPoints();
   for (int point = 0; point < points; ++point) {
-    const std::string crash_at = RandomCrashPoint(rng);
+    const std::string crash_at = point < static_cast<int>(in_turn.size()) ? in_turn[point]
+                                                                          : RandomCrashPoint(rng);
     SCOPED_TRACE(absl::StrCat("crash point ", point, " (seed ", seed, "): ", crash_at));
     service->Stop(service->daemon(), SIGKILL);
     // The point may be reached before the workers are back (a registration): then the requests
