@@ -112,8 +112,11 @@ const char* Broker::Handle(const std::string& from, std::vector<zmq::message_t> 
   if (absl::IsNotFound(status) && seen != 0 && seen != options_.epoch) {
     status = absl::NotFoundError(absl::StrCat(
         status.message(), ": the kvpoold this client last heard from (epoch ", seen,
-        ") has restarted, and this one (epoch ", options_.epoch,
-        ") did not keep its sequences; prefill again"));
+        ") has restarted, and this one (epoch ", options_.epoch, ") ",
+        pools_->tracking_changes()
+            ? "kept only what its state log holds: the sequence was released, never committed, "
+              "or the restart started empty (its log says why); prefill again"
+            : "did not keep its sequences (no --state_dir); prefill again"));
   }
   ReplyError(out, from, envelope.getRequestId(), status);
   return body;

@@ -175,12 +175,15 @@ absl::StatusOr<RestoredPools> RestorePools(RecoveredState state, PoolSet& pools,
   LeaseTable& leases = pools.leases();
   leases.SkipTo(state.next_lease);
   RestoredPools restored;
-  for (const LeaseTable::WorkerLease& w : state.workers) restored.old_workers.push_back(w.id);
   bool reserved = false;
   for (const PoolImage& image : state.pools) reserved = reserved || !image.reserved.empty();
   if (reserved) {
+    // The last run's workers stay in the log while their jobs may write: should kvpoold die
+    // again before the quarantine ends, the next start waits for them too.
     restored.quarantine = leases.Grant("restart quarantine", quarantine_micros);
     for (const LeaseTable::WorkerLease& w : state.workers) restored.pids.push_back(w.pid);
+  } else {
+    for (const LeaseTable::WorkerLease& w : state.workers) restored.old_workers.push_back(w.id);
   }
   absl::Status status;
   for (PoolIndex i = 0; i < pools.size() && status.ok(); ++i) {

@@ -61,7 +61,8 @@ struct RestoredPools {
   uint64_t blocks = 0;          // committed: used and cached
   LeaseId quarantine = 0;       // holds the reserved blocks; 0: there were none
   std::vector<uint32_t> pids;   // the workers whose jobs may write them
-  std::vector<LeaseId> old_workers;  // the last run's worker leases, ended now
+  // The last run's worker leases, to be logged as ended (not while a quarantine waits for them).
+  std::vector<LeaseId> old_workers;
 };
 
 // Restores `state` into `pools` (empty, of the header's layout): the sequences and prefix index
