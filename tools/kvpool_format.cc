@@ -4,9 +4,12 @@
 //   kvpool-format encode --format=F --head-dim=D [--scale=S] [--no-rotation] [--no-ue8m0] IN OUT
 //   kvpool-format decode (same options) IN OUT
 //   kvpool-format stats  (same options) IN
+//   kvpool-format encode|decode|stats --format=fp8_ds_mla IN [OUT]
 //
 // IN of encode and stats holds N vectors of D little-endian float32 values; OUT of encode holds
-// the bytes those N tokens (one head) occupy in the cache: data rows, then scale rows.
+// the bytes those N tokens (one head) occupy in the cache: data rows, then scale rows. For
+// fp8_ds_mla (the MLA latent cache, kvpool/format/mla_latent.h) IN holds N tokens of 576 float32
+// (512 latent, then 64 RoPE) and OUT N × 656 bytes.
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -17,6 +20,8 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kvpool/format/kv_format_names.h"
+#include "kvpool/format/mla_codec.h"
+#include "kvpool/format/mla_latent.h"
 #include "kvpool/format/section_codec.h"
 #include "tools/file_io.h"
 
@@ -30,18 +35,20 @@ constexpr char kUsage[] =
     "  decode IN OUT   the inverse: cache bytes back to N x D float32\n"
     "  stats IN        relative MSE and SNR of an encode/decode round trip of IN\n"
     "\n"
-    "  --format=F      bf16 | fp8_e4m3 | turbo2 | turbo3 | turbo4 | indexer\n"
-    "  --head-dim=D    64, 128 or 256 (indexer: 128)\n"
+    "  --format=F      bf16 | fp8_e4m3 | turbo2 | turbo3 | turbo4 | indexer | fp8_ds_mla\n"
+    "  --head-dim=D    64, 128 or 256 (indexer: 128; fp8_ds_mla: none, tokens of 576)\n"
     "  --scale=S       k_scale for fp8_e4m3, v_scale for turboN (default 1)\n"
     "  --no-rotation   turboN without the Walsh-Hadamard rotation\n"
     "  --no-ue8m0      indexer scales not rounded to powers of two\n"
     "\n"
     "Byte layout of OUT: fp8_e4m3 N*D bytes; bf16 N*D*2; turboN N*D*N/8 data bytes then N*D/16\n"
-    "E4M3 scale bytes; indexer N*128 E4M3 bytes then N float32 scales.\n";
+    "E4M3 scale bytes; indexer N*128 E4M3 bytes then N float32 scales; fp8_ds_mla N*656 bytes,\n"
+    "each token 512 E4M3 latent values, 4 float32 tile scales, 64 bf16 RoPE values.\n";
 
 struct Command {
   std::string verb;
   SectionCodecOptions options;
+  bool mla = false;  // --format=fp8_ds_mla: whole tokens, not head vectors
   std::vector<std::string> files;
 };
 
@@ -55,7 +62,10 @@ absl::StatusOr<Command> ParseArgs(int argc, char** argv) {
   bool have_format = false, have_dim = false;
   for (int i = 2; i < argc; ++i) {
     const absl::string_view arg = argv[i];
-    if (absl::StartsWith(arg, "--format=")) {
+    if (arg == "--format=fp8_ds_mla") {
+      cmd.mla = true;
+      have_format = have_dim = true;
+    } else if (absl::StartsWith(arg, "--format=")) {
       ASSIGN_OR_RETURN(cmd.options.format, ParseKvFormat(arg.substr(9)));
       have_format = true;
     } else if (absl::StartsWith(arg, "--head-dim=")) {
@@ -85,7 +95,7 @@ absl::StatusOr<Command> ParseArgs(int argc, char** argv) {
                                                    want == 1 ? " file" : " files (IN OUT)",
                                                    ", got ", cmd.files.size()));
   }
-  RETURN_IF_ERROR(ValidateSectionCodecOptions(cmd.options));
+  if (!cmd.mla) RETURN_IF_ERROR(ValidateSectionCodecOptions(cmd.options));
   return cmd;
 }
 
@@ -107,7 +117,33 @@ absl::StatusOr<T> InFile(const std::string& path, absl::StatusOr<T> result) {
   return absl::Status(result.status().code(), absl::StrCat(path, ": ", result.status().message()));
 }
 
+absl::Status RunMla(const Command& cmd) {
+  if (cmd.verb == "encode") {
+    ASSIGN_OR_RETURN(const std::vector<float> values, ReadFloats(cmd.files[0]));
+    ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, InFile(cmd.files[0], EncodeMlaTokens(values)));
+    return WriteFileAtomically(cmd.files[1], bytes);
+  }
+  if (cmd.verb == "decode") {
+    ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, ReadFileBytes(cmd.files[0]));
+    ASSIGN_OR_RETURN(const std::vector<float> values, InFile(cmd.files[0], DecodeMlaTokens(bytes)));
+    return WriteFileAtomically(cmd.files[1],
+                               absl::MakeConstSpan(reinterpret_cast<const uint8_t*>(values.data()),
+                                                   values.size() * sizeof(float)));
+  }
+  ASSIGN_OR_RETURN(const std::vector<float> values, ReadFloats(cmd.files[0]));
+  ASSIGN_OR_RETURN(const RoundTripStats stats, InFile(cmd.files[0], MeasureMlaRoundTrip(values)));
+  std::printf("format            fp8_ds_mla\n");
+  std::printf("tokens            %lld\n", static_cast<long long>(stats.vectors));
+  std::printf("bytes_per_token   %lld (bf16: %d)\n", static_cast<long long>(stats.bytes_per_vector),
+              2 * kMlaInputDim);
+  std::printf("relative_mse      %.6g\n", stats.relative_mse);
+  std::printf("snr_db            %.2f\n", stats.snr_db);
+  std::printf("max_abs_error     %.6g\n", stats.max_abs_error);
+  return absl::OkStatus();
+}
+
 absl::Status Run(const Command& cmd) {
+  if (cmd.mla) return RunMla(cmd);
   const SectionCodecOptions& o = cmd.options;
   if (cmd.verb == "encode") {
     ASSIGN_OR_RETURN(const std::vector<float> values, ReadFloats(cmd.files[0]));

@@ -11,6 +11,7 @@
 
 #include "gtest/gtest.h"
 #include "kvpool/format/kv_format_names.h"
+#include "kvpool/format/mla_codec.h"
 #include "kvpool/format/section_codec.h"
 
 namespace kvp {
@@ -92,6 +93,29 @@ TEST_F(KvpoolFormatTest, EncodeDecodeRoundTripsEveryFormat) {
       EXPECT_NE(r.output.find("snr_db"), std::string::npos);
     }
   }
+}
+
+TEST_F(KvpoolFormatTest, TheMlaLatentCacheEncodesWholeTokens) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  std::vector<float> values(3 * 576);
+  for (float& x : values) x = normal(rng);
+  Write("in.f32", values);
+  Result r = RunTool("encode --format=fp8_ds_mla " + Path("in.f32") + " " + Path("out.bin"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const std::vector<uint8_t> bytes = Read<uint8_t>("out.bin");
+  EXPECT_EQ(bytes.size(), 3u * 656);
+  EXPECT_EQ(bytes, EncodeMlaTokens(values).value());
+  r = RunTool("decode --format=fp8_ds_mla " + Path("out.bin") + " " + Path("back.f32"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(Read<float>("back.f32"), DecodeMlaTokens(bytes).value());
+  r = RunTool("stats --format=fp8_ds_mla " + Path("in.f32"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("bytes_per_token   656"), std::string::npos) << r.output;
+  Write("short.f32", std::vector<float>(575, 1.0f));
+  r = RunTool("encode --format=fp8_ds_mla " + Path("short.f32") + " " + Path("o"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("576-value MLA tokens"), std::string::npos) << r.output;
 }
 
 TEST_F(KvpoolFormatTest, BadInputGetsAClearErrorAndNoOutput) {
