@@ -2,6 +2,7 @@
 
 #include "kernels/block_copy/block_copy_launch.h"
 #include "kernels/cache_write/cache_write_launch.h"
+#include "kernels/mla/mla_launch.h"
 #include "kernels/common/cuda_status.h"
 #include "kernels/indexer_logits/indexer_logits_launch.h"
 #include "kernels/paged_decode/paged_decode_launch.h"
@@ -42,6 +43,14 @@ absl::StatusOr<void*> CudaWorkspace::GetZeroed(size_t bytes) { return Grow(zeroe
 
 absl::Status CacheWriteCuda(const CacheWriteParams& p, cudaStream_t stream) {
   return LaunchToStatus(CacheWriteLaunch(p, stream), "cache write");
+}
+
+absl::Status MlaCacheWriteCuda(const MlaCacheWriteParams& p, cudaStream_t stream) {
+  return LaunchToStatus(MlaCacheWriteLaunch(p, stream), "MLA cache write");
+}
+
+absl::Status SparseMlaDecodeCuda(const SparseMlaDecodeParams& p, cudaStream_t stream) {
+  return LaunchToStatus(SparseMlaDecodeLaunch(p, stream), "sparse MLA decode");
 }
 
 absl::Status PagedDecodeCuda(const PagedDecodeParams& p, CudaWorkspace& workspace,

@@ -12,6 +12,7 @@
 #include "kernels/cache_write/cache_write_params.h"
 #include "kernels/common/device_buffer.h"
 #include "kernels/indexer_logits/indexer_logits_params.h"
+#include "kernels/mla/mla_params.h"
 #include "kernels/paged_decode/paged_decode_params.h"
 #include "kernels/sparse_decode/sparse_decode_params.h"
 #include "kernels/synthetic/synthetic_launch.h"
@@ -36,6 +37,8 @@ class CudaWorkspace {
 };
 
 absl::Status CacheWriteCuda(const CacheWriteParams& p, cudaStream_t stream);
+absl::Status MlaCacheWriteCuda(const MlaCacheWriteParams& p, cudaStream_t stream);
+absl::Status SparseMlaDecodeCuda(const SparseMlaDecodeParams& p, cudaStream_t stream);
 absl::Status PagedDecodeCuda(const PagedDecodeParams& p, CudaWorkspace& workspace,
                              cudaStream_t stream);
 absl::Status SparseDecodeCuda(const SparseDecodeParams& p, CudaWorkspace& workspace,

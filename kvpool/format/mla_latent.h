@@ -6,7 +6,9 @@
 //   [528, 656)  the 64 RoPE values as bf16 (round to nearest even).
 // A tile's scale is s = max(amax / 448, FLT_MIN) in float32 (amax: the largest |x| of its 128
 // values, NaN ignored; no power-of-two rounding); a value is E4M3(x / s): one float32 division,
-// round to nearest even, saturating to ±448, NaN kept. nvcc-safe; the one place for these facts.
+// round to nearest even, saturating to ±448, NaN kept as 0x7F whatever its sign (CUDA's division
+// and conversion give every NaN that code, so GPU writers agree; an infinity in a tile makes its
+// scale infinite and itself NaN). nvcc-safe; the one place for these facts.
 #pragma once
 
 #include <cfloat>
@@ -36,8 +38,14 @@ KVP_HD float MlaTileScale(const float* tile) {
     const float a = tile[i] < 0.0f ? -tile[i] : tile[i];
     if (a > amax) amax = a;  // false for NaN: ignored
   }
-  const float s = amax / kE4m3Max;
+  const float s = DivRn(amax, kE4m3Max);
   return s > FLT_MIN ? s : FLT_MIN;
+}
+
+// The code of x / s, the tile's value x over its scale s.
+KVP_HD uint8_t MlaLatentCode(float x, float s) {
+  const uint8_t code = E4m3FromFloat(DivRn(x, s));
+  return (code & 0x7F) == kE4m3NanCode ? kE4m3NanCode : code;
 }
 
 // One token: `in` holds 512 latent then 64 RoPE values, `out` receives its 656 bytes.
@@ -45,7 +53,7 @@ KVP_HD void EncodeMlaToken(const float* in, uint8_t* out) {
   for (int t = 0; t < kMlaTiles; ++t) {
     const float* tile = in + t * kMlaTile;
     const float s = MlaTileScale(tile);
-    for (int i = 0; i < kMlaTile; ++i) out[t * kMlaTile + i] = E4m3FromFloat(tile[i] / s);
+    for (int i = 0; i < kMlaTile; ++i) out[t * kMlaTile + i] = MlaLatentCode(tile[i], s);
     std::memcpy(out + kMlaScalesOffset + 4 * t, &s, 4);  // little-endian hosts and GPUs
   }
   for (int i = 0; i < kMlaRopeDim; ++i) {

@@ -11,6 +11,7 @@
 #include "base/hd.h"
 #include "kvpool/format/head_codec.h"
 #include "kvpool/format/kv_format.h"
+#include "kvpool/format/mla_latent.h"
 
 namespace kvp {
 
@@ -28,6 +29,7 @@ KVP_HD constexpr int64_t BlocksForTokens(int64_t tokens, int32_t block_size) {
 // Byte offsets of one layer's sections from the start of a block. A section the pool does not have
 // (indexer off, no V scales for bf16) has size 0 and shares its offset with the next one.
 struct SectionOffsets {
+  int64_t latent = 0;  // MLA pools: the fp8_ds_mla latent of each token (kvpool/format/mla_latent.h)
   int64_t k = 0;
   int64_t v_data = 0;
   int64_t v_scale = 0;
@@ -69,6 +71,14 @@ struct LayerCache {
   }
   KVP_HD uint8_t* IndexScale(int64_t block, int slot) const {
     return Block(block) + sections.index_scales + int64_t{slot} * int64_t{sizeof(float)};
+  }
+  // The 656-byte latent of token `slot` of `block` (an MLA pool's layer).
+  KVP_HD uint8_t* Latent(int64_t block, int slot) const {
+    return Block(block) + sections.latent + int64_t{slot} * kMlaTokenBytes;
+  }
+  // The same for a physical slot, block · block_size + offset (what sparse MLA decode indexes by).
+  KVP_HD uint8_t* LatentOfSlot(int64_t slot) const {
+    return Latent(slot / block_size, static_cast<int>(slot % block_size));
   }
 };
 

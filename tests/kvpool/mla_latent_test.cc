@@ -4,6 +4,7 @@
 
 #include <cfloat>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -85,12 +86,24 @@ TEST(MlaLatentTest, NanIsKeptAndIgnoredByTheScale) {
   std::vector<uint8_t> out(kMlaTokenBytes);
   EncodeMlaToken(token.data(), out.data());
   EXPECT_EQ(ScaleAt(out, 0), 2.0f / 448.0f);
-  EXPECT_EQ(out[7] & 0x7F, kE4m3NanCode);
+  EXPECT_EQ(out[7], kE4m3NanCode);
   EXPECT_EQ(out[8], kE4m3MaxCode);
   std::vector<float> back(kMlaInputDim);
   DecodeMlaToken(out.data(), back.data());
   EXPECT_TRUE(std::isnan(back[7]));
   EXPECT_EQ(back[8], 2.0f);
+}
+
+TEST(MlaLatentTest, EveryNanIsCode0x7FAndAnInfinityMakesItsTileNan) {
+  std::vector<float> token(kMlaInputDim, 1.0f);
+  token[0] = -std::nanf("");
+  token[200] = -std::numeric_limits<float>::infinity();
+  std::vector<uint8_t> out(kMlaTokenBytes);
+  EncodeMlaToken(token.data(), out.data());
+  EXPECT_EQ(out[0], kE4m3NanCode) << "a negative NaN too";
+  EXPECT_TRUE(std::isinf(ScaleAt(out, 1)));
+  EXPECT_EQ(out[200], kE4m3NanCode) << "inf / inf";
+  EXPECT_EQ(out[201], 0) << "1 / inf";
 }
 
 TEST(MlaLatentTest, DecodingGivesEachCodeTimesItsScale) {

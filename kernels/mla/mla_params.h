@@ -1,0 +1,46 @@
+// DeepSeek MLA over an fp8_ds_mla latent cache (docs/design.md §3, §5): the cache write and the
+// sparse decode through the indexer's top-k, as vLLM's concat_and_cache_ds_mla and FlashMLA's
+// sparse decode define them. nvcc-safe.
+//
+// Sparse decode: every query head of (sequence b, query token j) attends over the tokens whose
+// physical slots row (b, j) of `slots` names (-1: unused), with absorbed queries of 576 values:
+//   score_t = softmax_scale · q · [latent_t ; rope_t]       (576 values; latent dequantized)
+//   out     = Σ_t softmax(score)_t · latent_t               (512 values)
+//   lse     = ln Σ_t exp(score_t)
+// A row with no valid slot gives out = 0 and lse = -inf. The top-k is shared by all heads of a
+// token; s_q > 1 are the tokens of multi-token prediction, each with its own row.
+#pragma once
+
+#include <cstdint>
+
+#include "kvpool/format/bf16.h"
+#include "kvpool/layout/layer_cache.h"
+
+namespace kvp {
+
+// DeepSeek-V3.2's softmax scale: 1/√192 (its query-key head before absorption) times YaRN's
+// mscale² = (0.1 · ln 40 + 1)², about 0.1352; a parameter here, never 1/√576.
+inline constexpr float kDeepSeekV32SoftmaxScale = 0.1352f;
+
+struct MlaCacheWriteParams {
+  LayerCache cache;                // an MLA pool's layer
+  const Bf16* latent = nullptr;    // [num_tokens, 512]
+  const Bf16* rope = nullptr;      // [num_tokens, 64]
+  const int64_t* slots = nullptr;  // [num_tokens]; physical slots, -1: skip (padding)
+  int32_t num_tokens = 0;
+};
+
+struct SparseMlaDecodeParams {
+  LayerCache cache;                // an MLA pool's layer
+  const Bf16* q = nullptr;         // [batch, s_q, heads, 576]
+  const int32_t* slots = nullptr;  // [batch, s_q, topk]; physical slots, -1: unused
+  int32_t batch = 0;
+  int32_t s_q = 1;                 // query tokens per sequence (1, or 2 with MTP)
+  int32_t heads = 0;               // query heads: 16, 32, 64 or 128
+  int32_t topk = 0;
+  float softmax_scale = kDeepSeekV32SoftmaxScale;
+  Bf16* out = nullptr;             // [batch, s_q, heads, 512]
+  float* lse = nullptr;            // [batch, s_q, heads]
+};
+
+}  // namespace kvp

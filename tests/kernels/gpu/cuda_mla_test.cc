@@ -1,0 +1,168 @@
+// The MLA kernels on the GPU against their CPU references (kernels/mla/mla_ref.h): the cache
+// write bit for bit, sparse MLA decode within float rounding, on block sizes that are not powers
+// of two, -1 slots, rows with no valid slot and an arena whose unused slots hold NaN bytes.
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda_ops.h"
+#include "kernels/mla/mla_ref.h"
+#include "kvpool/format/mla_latent.h"
+#include "tests/kernels/gpu/cuda_test_support.h"
+
+namespace kvp {
+namespace {
+
+// An MLA layer of host memory and its device copy's view, every byte 0xFF until written.
+struct MlaArena {
+  MlaArena(int blocks, int block_size)
+      : stride((int64_t{block_size} * kMlaTokenBytes + 255) / 256 * 256),
+        host(static_cast<size_t>(blocks) * stride, 0xFF) {
+    cache.num_blocks = blocks;
+    cache.block_stride = stride;
+    cache.block_size = block_size;
+    cache.num_kv_heads = 1;
+    cache.base = host.data();
+  }
+  LayerCache On(const DeviceBuffer& d) const {
+    LayerCache c = cache;
+    c.base = d.get<uint8_t>();
+    return c;
+  }
+  int64_t slots() const { return cache.num_blocks * cache.block_size; }
+  int64_t stride;
+  std::vector<uint8_t> host;
+  LayerCache cache;
+};
+
+std::vector<Bf16> RandomBf16(std::mt19937_64& rng, size_t n, float spread) {
+  std::normal_distribution<float> normal(0.0f, spread);
+  std::vector<Bf16> v(n);
+  for (Bf16& x : v) x = Bf16FromFloat(normal(rng));
+  return v;
+}
+
+// `n` distinct random slots of the arena. REQUIRES: n <= slots.
+std::vector<int64_t> DistinctSlots(std::mt19937_64& rng, int64_t slots, size_t n) {
+  EXPECT_LE(n, static_cast<size_t>(slots));
+  std::vector<int64_t> all(slots);
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(n);
+  return all;
+}
+
+using CudaMlaTest = CudaKernelsTest;
+
+TEST_F(CudaMlaTest, CacheWriteIsBitIdenticalToTheReference) {
+  for (int block_size : {64, 48, 16}) {
+    MlaArena arena(40, block_size);  // 640 slots or more: room for 300 distinct ones
+    const size_t n = 300;
+    std::vector<int64_t> slots = DistinctSlots(rng_, arena.slots(), n);
+    slots[7] = -1;  // padding
+    std::vector<Bf16> latent = RandomBf16(rng_, n * 512, 2.0f);
+    std::vector<Bf16> rope = RandomBf16(rng_, n * 64, 2.0f);
+    // Edge values: NaN, infinities, a zero tile, subnormal-sized values, a huge one.
+    latent[3] = Bf16FromFloat(kNan);
+    latent[600] = Bf16FromFloat(std::numeric_limits<float>::infinity());
+    for (int i = 0; i < 128; ++i) latent[2 * 512 + 128 + i] = Bf16FromFloat(0.0f);
+    for (int i = 0; i < 128; ++i) latent[4 * 512 + i] = Bf16FromFloat(1e-30f * (i - 64));
+    latent[5 * 512 + 9] = Bf16FromFloat(3e38f);
+    rope[11] = Bf16FromFloat(kNan);
+    DeviceBuffer d_arena = Up(arena.host);
+    MlaCacheWriteParams p{.cache = arena.cache, .latent = latent.data(), .rope = rope.data(),
+                          .slots = slots.data(), .num_tokens = static_cast<int32_t>(n)};
+    ASSERT_TRUE(MlaCacheWriteRef(p).ok());
+    DeviceBuffer d_latent = Up(latent), d_rope = Up(rope), d_slots = Up(slots);
+    MlaCacheWriteParams d{.cache = arena.On(d_arena),
+                          .latent = d_latent.get<Bf16>(),
+                          .rope = d_rope.get<Bf16>(),
+                          .slots = d_slots.get<int64_t>(),
+                          .num_tokens = static_cast<int32_t>(n)};
+    ASSERT_TRUE(MlaCacheWriteCuda(d, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint8_t> got = Down<uint8_t>(d_arena, arena.host.size());
+    for (size_t b = 0; b < got.size(); ++b) {
+      ASSERT_EQ(got[b], arena.host[b]) << "byte " << b << ", block size " << block_size;
+    }
+  }
+}
+
+TEST_F(CudaMlaTest, SparseDecodeMatchesTheReference) {
+  MlaArena arena(40, 48);  // 1,920 slots; the unused ones stay NaN bytes
+  const size_t filled = 1200;
+  const std::vector<int64_t> written = DistinctSlots(rng_, arena.slots(), filled);
+  {
+    std::vector<Bf16> latent = RandomBf16(rng_, filled * 512, 1.0f);
+    std::vector<Bf16> rope = RandomBf16(rng_, filled * 64, 1.0f);
+    MlaCacheWriteParams w{.cache = arena.cache, .latent = latent.data(), .rope = rope.data(),
+                          .slots = written.data(), .num_tokens = static_cast<int32_t>(filled)};
+    ASSERT_TRUE(MlaCacheWriteRef(w).ok());
+  }
+  DeviceBuffer d_arena = Up(arena.host);
+  for (int heads : {16, 32, 64, 128}) {
+    for (int s_q : {1, 2}) {
+      for (int topk : {1, 37, 512}) {
+        const int batch = 3;
+        const int rows = batch * s_q;
+        std::vector<int32_t> slots(size_t(rows) * topk, -1);
+        for (int r = 0; r < rows; ++r) {
+          if (r == 1) continue;  // a row with no valid slot
+          std::vector<int64_t> pick = written;
+          std::shuffle(pick.begin(), pick.end(), rng_);
+          for (int k = 0; k < topk; ++k) {
+            if (k % 5 != 3) slots[size_t(r) * topk + k] = static_cast<int32_t>(pick[k]);
+          }
+        }
+        const std::vector<Bf16> q = RandomBf16(rng_, size_t(rows) * heads * 576, 0.15f);
+        const size_t outs = size_t(rows) * heads;
+        std::vector<Bf16> ref_out(outs * 512);
+        std::vector<float> ref_lse(outs);
+        SparseMlaDecodeParams p{.cache = arena.cache, .q = q.data(), .slots = slots.data(),
+                                .batch = batch, .s_q = s_q, .heads = heads, .topk = topk,
+                                .softmax_scale = kDeepSeekV32SoftmaxScale,
+                                .out = ref_out.data(), .lse = ref_lse.data()};
+        ASSERT_TRUE(SparseMlaDecodeRef(p).ok());
+        DeviceBuffer d_q = Up(q), d_slots = Up(slots);
+        DeviceBuffer d_out = Up(std::vector<Bf16>(outs * 512)), d_lse = Up(std::vector<float>(outs));
+        SparseMlaDecodeParams d = p;
+        d.cache = arena.On(d_arena);
+        d.q = d_q.get<Bf16>();
+        d.slots = d_slots.get<int32_t>();
+        d.out = d_out.get<Bf16>();
+        d.lse = d_lse.get<float>();
+        ASSERT_TRUE(SparseMlaDecodeCuda(d, nullptr).ok());
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        const std::vector<Bf16> out = Down<Bf16>(d_out, outs * 512);
+        const std::vector<float> lse = Down<float>(d_lse, outs);
+        SCOPED_TRACE(::testing::Message() << heads << " heads, s_q " << s_q << ", top-" << topk);
+        for (size_t h = 0; h < outs; ++h) {
+          if (std::isinf(ref_lse[h])) {
+            ASSERT_EQ(lse[h], ref_lse[h]) << "head " << h;
+          } else {
+            ASSERT_NEAR(lse[h], ref_lse[h], 1e-3f * std::max(1.0f, std::fabs(ref_lse[h])))
+                << "head " << h;
+          }
+          for (int i = 0; i < 512; ++i) {
+            const float want = Bf16ToFloat(ref_out[h * 512 + i]);
+            const float got = Bf16ToFloat(out[h * 512 + i]);
+            // Float sums against double ones, both rounded to bf16 once: a bf16 step or two.
+            ASSERT_NEAR(got, want, 1.6e-2f * std::fabs(want) + 2e-3f)
+                << "head " << h << ", dim " << i;
+          }
+        }
+      }
+    }
+  }
+  SparseMlaDecodeParams odd;
+  odd.heads = 24;
+  EXPECT_EQ(SparseMlaDecodeCuda(odd, nullptr).code(), absl::StatusCode::kUnimplemented)
+      << "24 heads is not a multiple of 16";
+}
+
+}  // namespace
+}  // namespace kvp
