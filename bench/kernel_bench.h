@@ -28,7 +28,7 @@ struct KernelReport {
 
 // The groups of measurements, in the order they run.
 inline constexpr const char* kKernelBenchSections[] = {
-    "dense", "shapes", "sparse_v", "layer", "batched", "cache_write", "block_copy", "launch"};
+    "dense", "shapes", "sparse_v", "layer", "batched", "cache_write", "block_copy", "launch", "mla"};
 
 struct KernelBenchOptions {
   bool quick = false;             // shrinks the shapes for a smoke run

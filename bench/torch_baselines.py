@@ -6,6 +6,7 @@ copies where one copy would fit in L2.
   python3 bench/torch_baselines.py --json=OUT.json [--quick]
 """
 import argparse
+import datetime
 import json
 import statistics
 import sys
@@ -132,8 +133,36 @@ def main():
     rows.append({"op": "cache_write", "key": f"tokens={tokens} layers=8", "torch": "index_copy_ bf16 K,V",
                  "median_us": us})
 
+    # Sparse MLA decode (kvpool-bench kernels --only=mla): gather the selected tokens of a bf16
+    # latent cache (576 values: latent and RoPE), then SDPA with the 512 latent values as V and
+    # DeepSeek-V3.2's softmax scale; every head shares the top-2048 of its query token.
+    tokens = 16384 if args.quick else 163840
+    cache = randn(tokens, 576)
+    for batch, s_q, heads in [(128, 2, 128), (128, 1, 128), (1, 1, 128), (128, 1, 64), (128, 1, 32),
+                              (128, 1, 16)]:
+        if args.quick and batch > 32:
+            continue
+        n = batch * s_q
+        idx = torch.stack([torch.randperm(tokens, device=dev, generator=gen)[:2048] for _ in range(n)])
+        q = randn(n, heads, 1, 576)
+
+        def mla(_):
+            kv = cache[idx]  # [n, 2048, 576]
+            k = kv[:, None]
+            v = kv[:, None, :, :512]
+            return F.scaled_dot_product_attention(q, k.expand(-1, heads, -1, -1),
+                                                  v.expand(-1, heads, -1, -1), scale=0.1352)
+
+        us = median_us(mla, warmup=3, runs=20)
+        rows.append({"op": "sparse_mla_decode", "key": f"batch={batch} s_q={s_q} heads={heads}",
+                     "torch": "index gather + SDPA bf16 (576/512)", "median_us": us})
+        del idx, q
+    del cache
+
     with open(args.json, "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rows": rows}, f, indent=2)
+        json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,
+                   "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d"),
+                   "rows": rows}, f, indent=2)
     for r in rows:
         print(f"torch {r['op']:16s} {r['key']:28s} {r['median_us']:10.1f} us  ({r['torch']})")
 
