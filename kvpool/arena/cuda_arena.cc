@@ -34,6 +34,18 @@ absl::Status UseDevice(int device) {
   return absl::OkStatus();
 }
 
+// The allocation behind an exported chunk fd (the fd stays the caller's).
+absl::StatusOr<CUmemGenericAllocationHandle> ImportChunk(const CudaDriver* d, const UniqueFd& fd,
+                                                         size_t chunk) {
+  CUmemGenericAllocationHandle handle;
+  KVP_CU_RETURN_IF_ERROR(
+      d->MemImportFromShareableHandle(&handle,
+                                      reinterpret_cast<void*>(static_cast<uintptr_t>(fd.get())),
+                                      CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
+      absl::StrCat("importing chunk ", chunk));
+  return handle;
+}
+
 }  // namespace
 
 CudaMappedRange::CudaMappedRange(CudaMappedRange&& o) noexcept { *this = std::move(o); }
@@ -141,12 +153,7 @@ absl::StatusOr<CudaArena> CudaArena::Adopt(int device, uint64_t chunk_bytes,
   arena.chunk_bytes_ = chunk_bytes;
   ASSIGN_OR_RETURN(arena.range_, CudaMappedRange::Reserve(chunk_bytes * fds.size()));
   for (size_t i = 0; i < fds.size(); ++i) {
-    CUmemGenericAllocationHandle handle;
-    KVP_CU_RETURN_IF_ERROR(
-        d->MemImportFromShareableHandle(
-            &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fds[i].get())),
-            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-        absl::StrCat("importing chunk ", i, " to adopt it"));
+    ASSIGN_OR_RETURN(const CUmemGenericAllocationHandle handle, ImportChunk(d, fds[i], i));
     arena.adopted_fds_.push_back(std::move(fds[i]));
     CUmemAllocationProp prop{};
     if (const CUresult r = d->MemGetAllocationPropertiesFromHandle(&prop, handle);
@@ -219,12 +226,7 @@ absl::StatusOr<CudaArenaMapping> CudaArenaMapping::Map(int access_device,
   CudaArenaMapping m;
   ASSIGN_OR_RETURN(m.range_, CudaMappedRange::Reserve(total));
   for (size_t i = 0; i < fds.size(); ++i) {
-    CUmemGenericAllocationHandle handle;
-    KVP_CU_RETURN_IF_ERROR(
-        d->MemImportFromShareableHandle(
-            &handle, reinterpret_cast<void*>(static_cast<uintptr_t>(fds[i].get())),
-            CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR),
-        absl::StrCat("importing chunk ", i));
+    ASSIGN_OR_RETURN(const CUmemGenericAllocationHandle handle, ImportChunk(d, fds[i], i));
     RETURN_IF_ERROR(m.range_.Append(handle, chunk_bytes[i], access_device));
   }
   m.fds_ = std::move(fds);

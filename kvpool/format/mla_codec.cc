@@ -1,9 +1,5 @@
 #include "kvpool/format/mla_codec.h"
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
-
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kvpool/format/mla_latent.h"
@@ -40,21 +36,8 @@ absl::StatusOr<std::vector<float>> DecodeMlaTokens(absl::Span<const uint8_t> byt
 absl::StatusOr<RoundTripStats> MeasureMlaRoundTrip(absl::Span<const float> values) {
   ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, EncodeMlaTokens(values));
   ASSIGN_OR_RETURN(const std::vector<float> back, DecodeMlaTokens(bytes));
-  RoundTripStats stats;
-  stats.vectors = static_cast<int64_t>(values.size() / kMlaInputDim);
-  stats.bytes_per_vector = kMlaTokenBytes;
-  double err = 0.0, ref = 0.0;
-  for (size_t i = 0; i < values.size(); ++i) {
-    if (std::isnan(values[i])) continue;
-    const double diff = double{back[i]} - values[i];
-    err += diff * diff;
-    ref += double{values[i]} * values[i];
-    stats.max_abs_error = std::max(stats.max_abs_error, std::fabs(diff));
-  }
-  stats.relative_mse =
-      ref > 0.0 ? err / ref : (err > 0.0 ? std::numeric_limits<double>::infinity() : 0.0);
-  stats.snr_db = -10.0 * std::log10(stats.relative_mse);
-  return stats;
+  return CompareRoundTrip(values, back, static_cast<int64_t>(values.size() / kMlaInputDim),
+                          kMlaTokenBytes);
 }
 
 }  // namespace kvp

@@ -104,24 +104,31 @@ absl::StatusOr<std::vector<float>> DecodeSections(const SectionCodecOptions& o,
   return out;
 }
 
-absl::StatusOr<RoundTripStats> MeasureRoundTrip(const SectionCodecOptions& o,
-                                                absl::Span<const float> values) {
-  ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, EncodeSections(o, values));
-  ASSIGN_OR_RETURN(const std::vector<float> back, DecodeSections(o, bytes));
+RoundTripStats CompareRoundTrip(absl::Span<const float> original, absl::Span<const float> back,
+                                int64_t vectors, int64_t bytes_per_vector) {
   RoundTripStats stats;
-  stats.vectors = static_cast<int64_t>(values.size()) / o.head_dim;
-  stats.bytes_per_vector = SectionBytesPerVector(o);
+  stats.vectors = vectors;
+  stats.bytes_per_vector = bytes_per_vector;
   double err = 0.0, ref = 0.0;
-  for (size_t i = 0; i < values.size(); ++i) {
-    const double diff = double{back[i]} - values[i];
+  for (size_t i = 0; i < original.size(); ++i) {
+    if (std::isnan(original[i])) continue;
+    const double diff = double{back[i]} - original[i];
     err += diff * diff;
-    ref += double{values[i]} * values[i];
+    ref += double{original[i]} * original[i];
     stats.max_abs_error = std::max(stats.max_abs_error, std::fabs(diff));
   }
   stats.relative_mse =
       ref > 0.0 ? err / ref : (err > 0.0 ? std::numeric_limits<double>::infinity() : 0.0);
   stats.snr_db = -10.0 * std::log10(stats.relative_mse);
   return stats;
+}
+
+absl::StatusOr<RoundTripStats> MeasureRoundTrip(const SectionCodecOptions& o,
+                                                absl::Span<const float> values) {
+  ASSIGN_OR_RETURN(const std::vector<uint8_t> bytes, EncodeSections(o, values));
+  ASSIGN_OR_RETURN(const std::vector<float> back, DecodeSections(o, bytes));
+  return CompareRoundTrip(values, back, static_cast<int64_t>(values.size()) / o.head_dim,
+                          SectionBytesPerVector(o));
 }
 
 }  // namespace kvp

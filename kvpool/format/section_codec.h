@@ -48,4 +48,9 @@ struct RoundTripStats {
 absl::StatusOr<RoundTripStats> MeasureRoundTrip(const SectionCodecOptions& options,
                                                 absl::Span<const float> values);
 
+// The error of `back`, a round trip of `original` (same length), in `vectors` vectors of
+// `bytes_per_vector` bytes; NaN values of `original` are left out.
+RoundTripStats CompareRoundTrip(absl::Span<const float> original, absl::Span<const float> back,
+                                int64_t vectors, int64_t bytes_per_vector);
+
 }  // namespace kvp
