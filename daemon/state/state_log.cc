@@ -101,6 +101,38 @@ PrefixKey KeyFromWire(state::IndexEntry::Reader in) {
   return key;
 }
 
+void ReservationToWire(PoolIndex pool, BlockId block, bool present,
+                       state::Reservation::Builder out) {
+  out.setPool(pool);
+  out.setBlock(block);
+  out.setPresent(present);
+}
+
+// The leases of a batch: client leases granted, leases ended, worker leases granted.
+void LeasesToWire(const std::vector<LeaseTable::ClientLease>& clients,
+                  const std::vector<LeaseId>& ended,
+                  const std::vector<LeaseTable::WorkerLease>& workers,
+                  state::Batch::Builder batch) {
+  auto leases = batch.initLeases(static_cast<unsigned>(clients.size() + ended.size()));
+  unsigned i = 0;
+  for (const LeaseTable::ClientLease& c : clients) {
+    leases[i].setId(c.id);
+    leases[i].setPresent(true);
+    leases[i].setClient(c.client);
+    leases[i++].setExpiryMicros(c.expiry_micros);
+  }
+  for (LeaseId id : ended) {
+    leases[i].setId(id);
+    leases[i++].setPresent(false);
+  }
+  auto w = batch.initWorkers(static_cast<unsigned>(workers.size()));
+  for (unsigned j = 0; j < w.size(); ++j) {
+    w[j].setLease(workers[j].id);
+    w[j].setPresent(true);
+    w[j].setPid(workers[j].pid);
+  }
+}
+
 void HeaderToWire(const StateHeader& h, state::Header::Builder out) {
   out.setVersion(state::STATE_VERSION);
   PoolSpecToWire(h.spec, out.initSpec());
@@ -274,8 +306,8 @@ class RecordReader {
   std::optional<capnp::PackedMessageReader> reader_;
 };
 
-// Everything `pools` holds, as a snapshot batch.
-void SnapshotToWire(const PoolSet& pools, state::Batch::Builder out) {
+// Everything `pools` holds, as a snapshot batch; the pools' images it was made from.
+std::vector<PoolImage> SnapshotToWire(const PoolSet& pools, state::Batch::Builder out) {
   std::vector<PoolImage> images;
   size_t sequences = 0, indexed = 0, reserved = 0;
   for (PoolIndex i = 0; i < pools.size(); ++i) {
@@ -291,28 +323,11 @@ void SnapshotToWire(const PoolSet& pools, state::Batch::Builder out) {
   for (PoolIndex i = 0; i < images.size(); ++i) {
     for (const auto& [id, c] : images[i].sequences) SequenceToWire(i, id, c, seqs[s++]);
     for (const auto& [block, key] : images[i].indexed) IndexToWire(i, block, key, index[x++]);
-    for (BlockId b : images[i].reserved) {
-      reservations[r].setPool(i);
-      reservations[r].setBlock(b);
-      reservations[r++].setPresent(true);
-    }
+    for (BlockId b : images[i].reserved) ReservationToWire(i, b, true, reservations[r++]);
   }
-  const std::vector<LeaseTable::ClientLease> clients = pools.leases().ClientLeases();
-  auto leases = out.initLeases(static_cast<unsigned>(clients.size()));
-  for (unsigned i = 0; i < leases.size(); ++i) {
-    leases[i].setId(clients[i].id);
-    leases[i].setPresent(true);
-    leases[i].setClient(clients[i].client);
-    leases[i].setExpiryMicros(clients[i].expiry_micros);
-  }
-  const std::vector<LeaseTable::WorkerLease> workers = pools.leases().WorkerLeases();
-  auto w = out.initWorkers(static_cast<unsigned>(workers.size()));
-  for (unsigned i = 0; i < w.size(); ++i) {
-    w[i].setLease(workers[i].id);
-    w[i].setPresent(true);
-    w[i].setPid(workers[i].pid);
-  }
+  LeasesToWire(pools.leases().ClientLeases(), {}, pools.leases().WorkerLeases(), out);
   out.setNextLease(pools.leases().next_id());
+  return images;
 }
 
 }  // namespace
@@ -365,11 +380,7 @@ absl::StatusOr<std::unique_ptr<StateLog>> StateLog::Resume(const std::string& di
   log->snapshot_bytes_ = valid_bytes;
   capnp::MallocMessageBuilder message;
   state::Batch::Builder batch = message.initRoot<state::Record>().initBatch();
-  auto leases = batch.initLeases(static_cast<unsigned>(ended.size()));
-  for (unsigned i = 0; i < leases.size(); ++i) {
-    leases[i].setId(ended[i]);
-    leases[i].setPresent(false);
-  }
+  LeasesToWire({}, ended, {}, batch);
   log->logged_next_lease_ = pools->leases().next_id();
   batch.setNextLease(log->logged_next_lease_);
   RETURN_IF_ERROR(log->writer_.Append(Serialize(message)));
@@ -390,19 +401,14 @@ absl::Status StateLog::Compact() {
   capnp::MallocMessageBuilder header_message;
   HeaderToWire(header_, header_message.initRoot<state::Record>().initHeader());
   capnp::MallocMessageBuilder snapshot_message;
-  SnapshotToWire(*pools_, snapshot_message.initRoot<state::Record>().initSnapshot());
+  const std::vector<PoolImage> images =
+      SnapshotToWire(*pools_, snapshot_message.initRoot<state::Record>().initSnapshot());
   ASSIGN_OR_RETURN(writer_, RecordWriter::Replace(path_, {Serialize(header_message),
                                                           Serialize(snapshot_message)}));
   // Later records of these sequences may refer to the snapshot's tables.
   logged_.clear();
-  for (PoolIndex i = 0; i < pools_->size(); ++i) {
-    const SequenceTable& t = pools_->pool(i).sequences();
-    for (SeqId seq : t.Ids()) {
-      if (std::optional<CommittedSequence> c = t.Committed(seq); c.has_value()) {
-        logged_[{i, seq}] = {c->incarnation, c->image.blocks.size(),
-                             c->image.length / block_size_, c->image.tail.size()};
-      }
-    }
+  for (PoolIndex i = 0; i < images.size(); ++i) {
+    for (const auto& [seq, c] : images[i].sequences) logged_[{i, seq}] = LoggedOf(c);
   }
   snapshot_bytes_ = writer_.bytes();
   logged_next_lease_ = pools_->leases().next_id();
@@ -452,8 +458,7 @@ absl::Status StateLog::Flush() {
     for (const auto& [seq, committed] : seqs[i]) {
       if (committed.has_value()) {
         // The same life of the sequence: only its last logged block may have changed (a copy
-        // on write), so the record starts there.
-        // The tail only grows until its block fills.
+        // on write), so the record starts there; the tail only grows until its block fills.
         Logged& logged = logged_[{i, seq}];
         const SequenceImage& image = committed->image;
         const bool same_life = logged.incarnation == committed->incarnation;
@@ -466,8 +471,7 @@ absl::Status StateLog::Flush() {
                 ? logged.tail
                 : 0;
         SequenceToWire(i, seq, *committed, put[p++], kept, kept_tail);
-        logged = {committed->incarnation, image.blocks.size(), image.length / block_size_,
-                  image.tail.size()};
+        logged = LoggedOf(*committed);
       } else {
         logged_.erase({i, seq});
         dropped[d].setPool(i);
@@ -476,9 +480,7 @@ absl::Status StateLog::Flush() {
     }
     for (BlockId b : changes.pools[i].indexed) IndexToWire(i, b, blocks.PrefixOf(b), entries[x++]);
     for (BlockId b : changes.pools[i].reserved) {
-      reservations[r].setPool(i);
-      reservations[r].setBlock(b);
-      reservations[r++].setPresent(blocks.IsReserved(b));
+      ReservationToWire(i, b, blocks.IsReserved(b), reservations[r++]);
     }
   }
   const LeaseTable& leases = pools_->leases();
@@ -494,24 +496,7 @@ absl::Status StateLog::Flush() {
       ended.push_back(id);
     }
   }
-  auto l = batch.initLeases(static_cast<unsigned>(clients.size() + ended.size()));
-  unsigned li = 0;
-  for (const auto& c : clients) {
-    l[li].setId(c.id);
-    l[li].setPresent(true);
-    l[li].setClient(c.client);
-    l[li++].setExpiryMicros(c.expiry_micros);
-  }
-  for (LeaseId id : ended) {
-    l[li].setId(id);
-    l[li++].setPresent(false);
-  }
-  auto w = batch.initWorkers(static_cast<unsigned>(workers.size()));
-  for (unsigned i = 0; i < w.size(); ++i) {
-    w[i].setLease(workers[i].id);
-    w[i].setPresent(true);
-    w[i].setPid(workers[i].pid);
-  }
+  LeasesToWire(clients, ended, workers, batch);
   batch.setNextLease(next_lease);
   RETURN_IF_ERROR(writer_.Append(Serialize(message)));
   logged_next_lease_ = next_lease;

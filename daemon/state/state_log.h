@@ -111,6 +111,10 @@ class StateLog {
     int64_t full_blocks = 0;  // the tail below follows them
     size_t tail = 0;
   };
+  Logged LoggedOf(const CommittedSequence& c) const {
+    return {c.incarnation, c.image.blocks.size(), c.image.length / block_size_,
+            c.image.tail.size()};
+  }
   absl::flat_hash_map<std::pair<PoolIndex, SeqId>, Logged> logged_;
 };
 
