@@ -176,6 +176,14 @@ absl::StatusOr<PoolSpec> SpecFromFlags() {
   return spec;
 }
 
+// The GPUs of a cuda kvpoold's pools: --gpus, else --gpu.
+absl::StatusOr<std::vector<int32_t>> GpusFromFlags() {
+  ASSIGN_OR_RETURN(std::vector<int32_t> gpus,
+                   ParseIds<int32_t>(absl::GetFlag(FLAGS_gpus), "gpus"));
+  if (gpus.empty()) gpus.push_back(absl::GetFlag(FLAGS_gpu));
+  return gpus;
+}
+
 // One arena per pool: on each of --gpus (cuda), or --pools memfd arenas (host). `auto` is cuda
 // when the first GPU can be used, else host.
 absl::StatusOr<std::vector<std::unique_ptr<ServedArena>>> ArenasFromFlags(uint64_t bytes) {
@@ -184,8 +192,7 @@ absl::StatusOr<std::vector<std::unique_ptr<ServedArena>>> ArenasFromFlags(uint64
     return absl::InvalidArgumentError(
         absl::StrCat("--backend=", backend, ": expected auto, cuda or host"));
   }
-  ASSIGN_OR_RETURN(std::vector<int> gpus, ParseIds<int>(absl::GetFlag(FLAGS_gpus), "gpus"));
-  if (gpus.empty()) gpus.push_back(absl::GetFlag(FLAGS_gpu));
+  ASSIGN_OR_RETURN(const std::vector<int32_t> gpus, GpusFromFlags());
   const int host_pools = absl::GetFlag(FLAGS_pools);
   if (host_pools < 1 || host_pools > static_cast<int>(wire::MAX_POOLS) ||
       gpus.size() > wire::MAX_POOLS) {
@@ -256,12 +263,10 @@ absl::Status RemoteEndpointFromFlags(DaemonOptions& options) {
 
 // The GPU of each pool the flags ask for, as a logged state lists them (-1: host); `logged`
 // decides for --backend=auto between a host state and a cuda one.
-std::vector<int32_t> AskedGpus(const StateHeader& logged) {
+absl::StatusOr<std::vector<int32_t>> AskedGpus(const StateHeader& logged) {
   const std::string backend = absl::GetFlag(FLAGS_backend);
   std::vector<int32_t> host(static_cast<size_t>(std::max(absl::GetFlag(FLAGS_pools), 1)), -1);
-  absl::StatusOr<std::vector<int32_t>> gpus = ParseIds<int32_t>(absl::GetFlag(FLAGS_gpus), "gpus");
-  std::vector<int32_t> cuda = gpus.ok() ? *gpus : std::vector<int32_t>();
-  if (cuda.empty()) cuda.push_back(absl::GetFlag(FLAGS_gpu));
+  ASSIGN_OR_RETURN(std::vector<int32_t> cuda, GpusFromFlags());
   if (backend == "host") return host;
   if (backend == "cuda") return cuda;
   const bool logged_host = std::all_of(logged.pools.begin(), logged.pools.end(),
@@ -328,9 +333,10 @@ absl::Status Main() {
   std::vector<PoolIdentity> pool_ids;
   std::vector<size_t> handed_back;  // pools whose chunks came from workers, not the fd store
   if (recovered.has_value()) {
+    ASSIGN_OR_RETURN(std::vector<int32_t> asked_gpus, AskedGpus(recovered->header));
     const PoolsAsked asked{.spec = spec,
                            .block_stride = layout.block_stride(),
-                           .gpus = AskedGpus(recovered->header),
+                           .gpus = std::move(asked_gpus),
                            .arena_bytes = arena_bytes_asked};
     absl::StatusOr<std::vector<std::unique_ptr<ServedArena>>> adopted =
         absl::FailedPreconditionError("not adopted");

@@ -1,7 +1,5 @@
 #include "daemon/served_arena.h"
 
-#include <fcntl.h>
-
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "kvpool/arena/host_arena.h"
@@ -32,7 +30,7 @@ class HostServedArena : public ServedArena {
   absl::StatusOr<std::vector<UniqueFd>> ChunkFds() const override {
     std::vector<UniqueFd> out;
     for (int fd : arena_.fds()) {
-      UniqueFd dup(::fcntl(fd, F_DUPFD_CLOEXEC, 0));
+      UniqueFd dup = UniqueFd::Duplicate(fd);
       if (!dup.valid()) return absl::InternalError("cannot duplicate a host arena chunk fd");
       out.push_back(std::move(dup));
     }

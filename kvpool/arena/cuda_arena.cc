@@ -1,7 +1,6 @@
 #include "kvpool/arena/cuda_arena.h"
 
 #include <cuda_runtime_api.h>
-#include <fcntl.h>
 
 #include <utility>
 
@@ -197,7 +196,7 @@ absl::StatusOr<std::vector<UniqueFd>> CudaArena::ExportFds() const {
   std::vector<UniqueFd> fds;
   for (size_t i = 0; i < range_.handles().size(); ++i) {
     if (i < adopted_fds_.size()) {
-      UniqueFd dup(::fcntl(adopted_fds_[i].get(), F_DUPFD_CLOEXEC, 0));
+      UniqueFd dup = UniqueFd::Duplicate(adopted_fds_[i].get());
       if (!dup.valid()) return absl::InternalError(absl::StrCat("duplicating chunk ", i, "'s fd"));
       fds.push_back(std::move(dup));
       continue;

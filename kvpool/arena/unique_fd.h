@@ -1,6 +1,7 @@
 // UniqueFd: a move-only owner of one file descriptor.
 #pragma once
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <utility>
@@ -24,6 +25,8 @@ class UniqueFd {
   ~UniqueFd() { Reset(); }
 
   int get() const { return fd_; }
+  // A second fd of the same open file, close-on-exec; invalid when fcntl fails.
+  static UniqueFd Duplicate(int fd) { return UniqueFd(::fcntl(fd, F_DUPFD_CLOEXEC, 0)); }
   bool valid() const { return fd_ >= 0; }
   int Release() { return std::exchange(fd_, -1); }
   void Reset() {
