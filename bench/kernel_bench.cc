@@ -18,23 +18,28 @@
 #include "bench/gpu_pool.h"
 #include "bench/gpu_timer.h"
 #include "bench/launch_floor.h"
+#include "bench/mla_kernel_bench.h"
 #include "bench/read_floor.h"
 #include "kernels/cuda_ops.h"
 #include "kernels/synthetic/synthetic_fill.h"
 #include "kernels/topk/topk_launch.h"
 #include "kvpool/format/indexer_quant.h"
 #include "kvpool/format/kv_format_names.h"
-#include "kvpool/format/mla_latent.h"
 #include "tests/testing/test_data.h"
 
 namespace kvp::bench {
+
+void KernelBenchProgress(const std::string& what) {
+  std::fprintf(stderr, "kernels: %s\n", what.c_str());
+}
+
 namespace {
 
 using testing::RandomBf16;
 
 constexpr int kIndexTokens = 163840;
 
-void Progress(const std::string& what) { std::fprintf(stderr, "kernels: %s\n", what.c_str()); }
+void Progress(const std::string& what) { KernelBenchProgress(what); }
 
 PoolSpec DecodeSpec(KvFormat v, bool indexer, int kv_heads = 8) {
   PoolSpec spec;
@@ -621,79 +626,9 @@ class Bench {
     return absl::OkStatus();
   }
 
+  absl::Status Mla(KernelReport& report) { return MeasureMlaKernels(stream_, quick_, rng_, report); }
+
   // What the batch-1 rows pay before any work: empty kernels timed exactly as the kernels are.
-  // DeepSeek MLA over an fp8_ds_mla cache of 163,840 tokens (kernels/mla/): the latent write, and
-  // sparse decode through a top-2048 at FlashMLA's shapes. TFLOP/s counts 2 · (576 + 512) flops
-  // per query head and selected token.
-  absl::Status Mla(KernelReport& report) {
-    const int block = 64;
-    const int64_t tokens = quick_ ? 16384 : 163840;
-    const int64_t blocks = tokens / block;
-    const int64_t stride = (int64_t{block} * kMlaTokenBytes + 255) / 256 * 256;
-    ASSIGN_OR_RETURN(DeviceBuffer arena, DeviceBuffer::Allocate(blocks * stride));
-    LayerCache cache;
-    cache.base = arena.get<uint8_t>();
-    cache.num_blocks = blocks;
-    cache.block_stride = stride;
-    cache.block_size = block;
-    cache.num_kv_heads = 1;
-    Progress(absl::StrCat("MLA cache write, ", tokens, " tokens"));
-    ASSIGN_OR_RETURN(DeviceBuffer latent, ToDevice(RandomBf16(rng_, size_t(tokens) * 512, 1.0f)));
-    ASSIGN_OR_RETURN(DeviceBuffer rope, ToDevice(RandomBf16(rng_, size_t(tokens) * 64, 1.0f)));
-    std::vector<int64_t> all(tokens);
-    std::iota(all.begin(), all.end(), 0);
-    ASSIGN_OR_RETURN(DeviceBuffer dslots, ToDevice(all));
-    const MlaCacheWriteParams w{.cache = cache, .latent = latent.get<Bf16>(),
-                                .rope = rope.get<Bf16>(), .slots = dslots.get<int64_t>(),
-                                .num_tokens = static_cast<int32_t>(tokens)};
-    ASSIGN_OR_RETURN(Timing tw, TimeMedian([&](int) { return MlaCacheWriteCuda(w, stream_); },
-                                           stream_, 3, 20));
-    report.rows.push_back({"mla_cache_write", absl::StrFormat("tokens=%d fp8_ds_mla", tokens),
-                           tw.median_us, double(tokens) * (576 * 2 + 8 + kMlaTokenBytes), {}});
-
-    struct Shape {
-      int batch, s_q, heads;
-    };
-    const int topk = 2048;
-    for (const Shape& sh : std::vector<Shape>{{128, 2, 128}, {128, 1, 128}, {1, 1, 128},
-                                              {128, 1, 64}, {128, 1, 32}, {128, 1, 16}}) {
-      if (quick_ && sh.batch > 32) continue;
-      Progress(absl::StrFormat("sparse MLA decode batch=%d s_q=%d heads=%d", sh.batch, sh.s_q,
-                               sh.heads));
-      const int rows = sh.batch * sh.s_q;
-      std::vector<int32_t> slots(size_t(rows) * topk);
-      for (int r = 0; r < rows; ++r) {  // distinct random slots per row (partial shuffle)
-        for (int k = 0; k < topk; ++k) {
-          std::swap(all[k], all[k + rng_() % (tokens - k)]);
-          slots[size_t(r) * topk + k] = static_cast<int32_t>(all[k]);
-        }
-      }
-      ASSIGN_OR_RETURN(DeviceBuffer ds, ToDevice(slots));
-      ASSIGN_OR_RETURN(DeviceBuffer q,
-                       ToDevice(RandomBf16(rng_, size_t(rows) * sh.heads * 576, 0.1f)));
-      ASSIGN_OR_RETURN(DeviceBuffer out, DeviceBuffer::Allocate(size_t(rows) * sh.heads * 512 * 2));
-      ASSIGN_OR_RETURN(DeviceBuffer lse, DeviceBuffer::Allocate(size_t(rows) * sh.heads * 4));
-      const SparseMlaDecodeParams p{.cache = cache, .q = q.get<Bf16>(), .slots = ds.get<int32_t>(),
-                                    .batch = sh.batch, .s_q = sh.s_q, .heads = sh.heads,
-                                    .topk = topk, .softmax_scale = kDeepSeekV32SoftmaxScale,
-                                    .out = out.get<Bf16>(), .lse = lse.get<float>()};
-      ASSIGN_OR_RETURN(Timing t,
-                       TimeMedian([&](int) { return SparseMlaDecodeCuda(p, stream_); }, stream_,
-                                  3, 20));
-      const double flops = 2.0 * rows * sh.heads * topk * (576 + 512);
-      const double bytes = double(rows) * topk * kMlaTokenBytes + double(rows) * sh.heads * (576 + 512) * 2;
-      report.rows.push_back(
-          {"sparse_mla_decode",
-           absl::StrFormat("batch=%d s_q=%d heads=%d topk=%d ctx=%d", sh.batch, sh.s_q, sh.heads,
-                           topk, tokens),
-           t.median_us,
-           bytes,
-           {{"tflops", flops / (t.median_us * 1e-6) / 1e12},
-            {"us_per_head", t.median_us / sh.heads}}});
-    }
-    return absl::OkStatus();
-  }
-
   absl::Status LaunchFloor(KernelReport& report) {
     Progress("empty launches");
     ASSIGN_OR_RETURN(Timing one,

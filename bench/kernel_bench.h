@@ -39,6 +39,8 @@ struct KernelBenchOptions {
 absl::StatusOr<KernelReport> RunKernelBench(const KernelBenchOptions& options);
 
 std::string KernelJson(const KernelReport& report, const std::string& date);
+// One line on stderr: what the bench measures now.
+void KernelBenchProgress(const std::string& what);
 std::string KernelTable(const KernelReport& report);
 
 }  // namespace kvp::bench

@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
 #include "kvpool/format/mla_latent.h"
+#include "tests/testing/mla_layer.h"
 
 namespace kvp {
 namespace {
@@ -20,14 +21,8 @@ namespace {
 // NaN latent with NaN scales) until written.
 struct Arena {
   Arena(int num_blocks, int block_size)
-      : bytes(static_cast<size_t>(num_blocks) * Stride(block_size), 0xFF) {
-    cache.base = bytes.data();
-    cache.num_blocks = num_blocks;
-    cache.block_stride = Stride(block_size);
-    cache.block_size = block_size;
-    cache.num_kv_heads = 1;
-  }
-  static int64_t Stride(int block_size) { return (int64_t{block_size} * kMlaTokenBytes + 255) / 256 * 256; }
+      : bytes(static_cast<size_t>(num_blocks) * testing::MlaLayerStride(block_size), 0xFF),
+        cache(testing::MlaLayer(bytes.data(), num_blocks, block_size)) {}
   std::vector<uint8_t> bytes;
   LayerCache cache;
 };

@@ -13,6 +13,7 @@
 #include "kernels/mla/mla_ref.h"
 #include "kvpool/format/mla_latent.h"
 #include "tests/kernels/gpu/cuda_test_support.h"
+#include "tests/testing/mla_layer.h"
 
 namespace kvp {
 namespace {
@@ -20,21 +21,14 @@ namespace {
 // An MLA layer of host memory and its device copy's view, every byte 0xFF until written.
 struct MlaArena {
   MlaArena(int blocks, int block_size)
-      : stride((int64_t{block_size} * kMlaTokenBytes + 255) / 256 * 256),
-        host(static_cast<size_t>(blocks) * stride, 0xFF) {
-    cache.num_blocks = blocks;
-    cache.block_stride = stride;
-    cache.block_size = block_size;
-    cache.num_kv_heads = 1;
-    cache.base = host.data();
-  }
+      : host(static_cast<size_t>(blocks) * testing::MlaLayerStride(block_size), 0xFF),
+        cache(testing::MlaLayer(host.data(), blocks, block_size)) {}
   LayerCache On(const DeviceBuffer& d) const {
     LayerCache c = cache;
     c.base = d.get<uint8_t>();
     return c;
   }
   int64_t slots() const { return cache.num_blocks * cache.block_size; }
-  int64_t stride;
   std::vector<uint8_t> host;
   LayerCache cache;
 };
