@@ -23,13 +23,8 @@ std::vector<int32_t> Tokens(int n, int32_t first) {
 
 // kvpoold with two host pools: a prefill worker on pool 0, a decode worker on each pool.
 std::unique_ptr<ServiceProcesses> StartTwoPools(std::vector<std::string> flags = {}) {
-  ServiceOptions options;
-  options.daemon_flags = {"--pools=2"};
+  ServiceOptions options = TwoPoolOptions();
   options.daemon_flags.insert(options.daemon_flags.end(), flags.begin(), flags.end());
-  options.prefill_workers = 1;
-  options.prefill_pools = {0};
-  options.decode_workers = 2;
-  options.decode_pools = {0, 1};
   absl::StatusOr<std::unique_ptr<ServiceProcesses>> s = ServiceProcesses::Start(options);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? std::move(*s) : nullptr;

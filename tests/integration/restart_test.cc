@@ -30,17 +30,12 @@ std::vector<int32_t> Tokens(int n, int32_t first) {
 // Two pools (for migrations), a prefill worker on pool 0 and a decode worker on each: host pools,
 // or with KVPOOL_TEST_BACKEND=cuda two pools on GPU 0.
 std::unique_ptr<ServiceProcesses> StartKeepingState(bool fd_store = true) {
-  ServiceOptions options;
+  const char* backend = std::getenv("KVPOOL_TEST_BACKEND");
+  ServiceOptions options =
+      TwoPoolOptions(backend != nullptr && backend[0] != '\0' ? backend : "host");
   options.keep_state = true;
   options.fd_store = fd_store;
-  const char* backend = std::getenv("KVPOOL_TEST_BACKEND");
-  options.backend = backend != nullptr && backend[0] != '\0' ? backend : "host";
-  options.daemon_flags = {options.backend == "cuda" ? "--gpus=0,0" : "--pools=2",
-                          "--recovery_grace_ms=60000"};
-  options.prefill_workers = 1;
-  options.prefill_pools = {0};
-  options.decode_workers = 2;
-  options.decode_pools = {0, 1};
+  options.daemon_flags.push_back("--recovery_grace_ms=60000");
   absl::StatusOr<std::unique_ptr<ServiceProcesses>> s = ServiceProcesses::Start(options);
   EXPECT_TRUE(s.ok()) << s.status();
   return s.ok() ? std::move(*s) : nullptr;

@@ -46,6 +46,17 @@ int FreePort() {
   return found ? ntohs(addr.sin_port) : -1;
 }
 
+ServiceOptions TwoPoolOptions(const std::string& backend) {
+  ServiceOptions options;
+  options.backend = backend;
+  options.daemon_flags = {backend == "cuda" ? "--gpus=0,0" : "--pools=2"};
+  options.prefill_workers = 1;
+  options.prefill_pools = {0};
+  options.decode_workers = 2;
+  options.decode_pools = {0, 1};
+  return options;
+}
+
 absl::StatusOr<std::unique_ptr<ServiceProcesses>> ServiceProcesses::WithRuntimeDir() {
   std::unique_ptr<ServiceProcesses> s(new ServiceProcesses());
   char dir_template[] = "/tmp/kvpool-test-XXXXXX";

@@ -32,6 +32,10 @@ struct ServiceOptions {
   bool fd_store = true;  // false: state kept, but no fd store (as on Kubernetes)
 };
 
+// Two pools, a prefill worker on pool 0 and a decode worker on each (the set-up of the migration
+// and restart tests): --pools=2 on the host backend, --gpus=0,0 (two pools on GPU 0) on cuda.
+ServiceOptions TwoPoolOptions(const std::string& backend = "host");
+
 class ServiceProcesses {
  public:
   // Starts kvpoold (--arena_mib=64 --layers=2 --topk=64 --heartbeat_ms=100
