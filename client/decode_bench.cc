@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "client/percentile.h"
@@ -32,6 +33,11 @@ absl::StatusOr<DecodeBenchReport> RunDecodeBench(
     return absl::InvalidArgumentError("batch, context and steps must be positive");
   }
   ASSIGN_OR_RETURN(PoolHealth health, client.Health());
+  if (config.pool_kind.has_value() && *config.pool_kind != health.spec.kind) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("asked to bench a ", PoolKindName(*config.pool_kind), " pool; kvpoold serves ",
+                     health.spec.DebugString()));
+  }
   DecodeBenchReport report;
   report.config = config;
   report.spec = health.spec;

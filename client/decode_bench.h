@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -20,6 +21,7 @@ struct DecodeBenchConfig {
   int warmup = 3;   // not timed
   wire::OutputLayers outputs = wire::OutputLayers::LAST;
   std::string placement = "default";  // how the processes sat on CPUs: recorded, not acted on
+  std::optional<PoolKind> pool_kind;  // the kind kvpoold must serve; none: whatever it serves
 };
 
 struct DecodeBenchReport {

@@ -7,7 +7,8 @@
 //   kvpoolctl fork SRC DST | release SEQ
 //   kvpoolctl bench [--sequences=16 --prompt=2048 --steps=64 ...] [--json] [--out=FILE]
 //   kvpoolctl bench-control [--requests=20000] [--json] [--out=FILE]
-//   kvpoolctl bench-decode [--batch=64 --context=32768 --steps=20] [--json] [--out=FILE]
+//   kvpoolctl bench-decode [--batch=64 --context=32768 --steps=20 --pool_kind=mla] [--json]
+//                          [--out=FILE]
 //   kvpoolctl curve-keygen FILE   (a CURVE key pair: FILE holds the secret, FILE.pub the public)
 //
 // Remote kvpoold (its --tcp_endpoint): --endpoint=tcp://HOST:PORT --curve_server_key=FILE
@@ -71,6 +72,9 @@ ABSL_FLAG(std::string, outputs, "", "what decode replies carry: all, last or non
           "bench-decode: last)");
 ABSL_FLAG(double, needle_gain, 0.35, "bench: how strongly each step's query leans on its needle");
 ABSL_FLAG(int, batch, 64, "bench-decode: sequences per step (forks of one prompt)");
+ABSL_FLAG(std::string, pool_kind, "",
+          "bench-decode: the pool kind kvpoold must serve, kv or mla (kvpoold --pool_kind); "
+          "empty: whatever it serves");
 ABSL_FLAG(int, context, 32768, "bench-decode: prompt tokens");
 ABSL_FLAG(std::string, placement, "default",
           "bench-decode: how kvpoold, the workers and this client sit on CPUs (for example "
@@ -361,6 +365,9 @@ absl::Status Run(const std::vector<char*>& args) {
     c.context = absl::GetFlag(FLAGS_context);
     c.steps = absl::GetFlag(FLAGS_steps);
     c.placement = absl::GetFlag(FLAGS_placement);
+    if (!absl::GetFlag(FLAGS_pool_kind).empty()) {
+      ASSIGN_OR_RETURN(c.pool_kind, ParsePoolKind(absl::GetFlag(FLAGS_pool_kind)));
+    }
     ASSIGN_OR_RETURN(c.outputs,
                      ParseOutputs(absl::GetFlag(FLAGS_outputs), wire::OutputLayers::LAST));
     ProgressBar bar;

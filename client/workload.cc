@@ -13,6 +13,7 @@
 #include "kernels/synthetic/synthetic_model.h"
 #include "kvpool/format/bf16.h"
 #include "kvpool/format/indexer_quant.h"
+#include "kvpool/format/mla_latent.h"
 #include "kvpool/layout/block_layout.h"
 
 namespace kvp {
@@ -24,7 +25,8 @@ constexpr int32_t kVocabulary = 32000;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
-// The bf16 K and V of one verified sequence for one layer, grown as tokens are appended.
+// The bf16 K and V of one verified sequence for one layer, grown as tokens are appended. An MLA
+// pool's k is [tokens, 576], latent then RoPE, and its values are the latent: v stays empty.
 struct ReferenceCache {
   std::vector<Bf16> k, v;  // [tokens, kv_heads, head_dim]
   int64_t tokens = 0;
@@ -38,35 +40,37 @@ class Verifier {
 
   // Brings the reference cache of (sequence, layer) up to `tokens`.
   void Extend(ReferenceCache& c, int layer, const std::vector<int32_t>& tokens) {
-    const size_t row = static_cast<size_t>(spec_.num_kv_heads) * spec_.head_dim;
+    const size_t row = static_cast<size_t>(spec_.num_kv_heads) * spec_.InputDim();
     const int64_t n = static_cast<int64_t>(tokens.size()) - c.tokens;
     if (n <= 0) return;
     c.k.resize(tokens.size() * row);
-    c.v.resize(tokens.size() * row);
+    if (!spec_.mla()) c.v.resize(tokens.size() * row);
     FillSyntheticTokens(cfg_, shape_, layer, std::span<const int32_t>(tokens).subspan(c.tokens),
                         static_cast<int32_t>(c.tokens), &c.k[c.tokens * row],
-                        &c.v[c.tokens * row], nullptr);
+                        spec_.mla() ? nullptr : &c.v[c.tokens * row], nullptr);
     c.tokens = static_cast<int64_t>(tokens.size());
   }
 
-  // Compares one step's output of `layer` with bf16 attention over `positions`.
+  // Compares one step's output of `layer` with bf16 attention over `positions`. Keys and queries
+  // have InputDim values a head, values and outputs head_dim (an MLA pool's values are the first
+  // 512 of its keys: the latent).
   void Check(const ReferenceCache& c, int layer, int32_t token, int64_t position,
              const SyntheticNeedle* needle, const std::vector<int64_t>& positions,
              const std::vector<float>& out, WorkloadReport& report) {
-    const int d = spec_.head_dim, qh = model_.num_q_heads;
+    const int kd = spec_.InputDim(), d = spec_.head_dim, qh = model_.num_q_heads;
     const int group = qh / spec_.num_kv_heads;
-    std::vector<Bf16> q(static_cast<size_t>(qh) * d);
+    std::vector<Bf16> q(static_cast<size_t>(qh) * kd);
     FillSyntheticQuery(cfg_, shape_, layer, SyntheticStepSeed(cfg_, token, position), needle,
                        q.data());
-    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    const double scale = SoftmaxScaleOf(model_, spec_);
     std::vector<double> scores(positions.size()), o(d);
     for (int h = 0; h < qh; ++h) {
       const int kv = h / group;
       double max_score = -INFINITY;
       for (size_t i = 0; i < positions.size(); ++i) {
-        const Bf16* k = &c.k[(positions[i] * spec_.num_kv_heads + kv) * d];
+        const Bf16* k = &c.k[(positions[i] * spec_.num_kv_heads + kv) * kd];
         double dot = 0;
-        for (int e = 0; e < d; ++e) dot += Bf16ToFloat(q[h * d + e]) * Bf16ToFloat(k[e]);
+        for (int e = 0; e < kd; ++e) dot += Bf16ToFloat(q[h * kd + e]) * Bf16ToFloat(k[e]);
         scores[i] = dot * scale;
         max_score = std::max(max_score, scores[i]);
       }
@@ -75,7 +79,8 @@ class Verifier {
       for (size_t i = 0; i < positions.size(); ++i) {
         const double w = std::exp(scores[i] - max_score);
         denominator += w;
-        const Bf16* v = &c.v[(positions[i] * spec_.num_kv_heads + kv) * d];
+        const Bf16* v = spec_.mla() ? &c.k[positions[i] * kd]
+                                    : &c.v[(positions[i] * spec_.num_kv_heads + kv) * d];
         for (int e = 0; e < d; ++e) o[e] += w * Bf16ToFloat(v[e]);
       }
       for (int e = 0; e < d; ++e) {
@@ -134,9 +139,10 @@ absl::StatusOr<WorkloadReport> RunWorkload(Client& client, const WorkloadConfig&
   const PoolSpec& spec = health.spec;
   ASSIGN_OR_RETURN(BlockLayout layout, BlockLayout::Create(spec));
   report.cache_bytes_per_token = static_cast<double>(layout.block_stride()) / spec.block_size;
+  // What a bf16 cache of the same content takes: K and V, or an MLA pool's latent and RoPE part.
+  const double bf16_kv = spec.mla() ? 2.0 * kMlaInputDim : 2.0 * spec.num_kv_heads * spec.head_dim * 2;
   report.bf16_bytes_per_token =
-      spec.num_layers * (2.0 * spec.num_kv_heads * spec.head_dim * 2 +
-                         (spec.indexer ? 2.0 * kIndexHeadDim : 0.0));
+      spec.num_layers * (bf16_kv + (spec.indexer ? 2.0 * kIndexHeadDim : 0.0));
 
   const int n = config.sequences;
   std::vector<std::vector<int32_t>> tokens(n);

@@ -15,11 +15,14 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
+#include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/flag_file.h"
@@ -58,6 +61,10 @@ ABSL_FLAG(std::string, gpus, "",
           "pools); default --gpu");
 ABSL_FLAG(int, pools, 1, "host backend: this many memfd pools (they stand in for GPUs)");
 ABSL_FLAG(int64_t, arena_mib, 1024, "arena size of each pool in MiB");
+ABSL_FLAG(std::string, pool_kind, "kv",
+          "kv: FP8 K + TurboNV V per kv head (the flags below); mla: DeepSeek's 656-byte fp8_ds_mla "
+          "latent per token shared by all query heads, with the indexer (--layers, --block_size "
+          "and --q_heads apply; the K/V flags do not)");
 ABSL_FLAG(int, layers, 4, "layers of the pool");
 ABSL_FLAG(int, kv_heads, 8, "kv heads");
 ABSL_FLAG(int, head_dim, 128, "head dimension: 64, 128 or 256");
@@ -76,6 +83,9 @@ ABSL_FLAG(std::string, v_scales, "",
 ABSL_FLAG(std::string, sliding_windows, "",
           "per-layer sliding window of dense decode (0: all positions): one value or one per "
           "layer; needs --indexer=false");
+ABSL_FLAG(double, softmax_scale, 0.0,
+          "the attention's softmax scale; 0: 1/sqrt(head_dim), or DeepSeek-V3.2's 0.1352 for "
+          "--pool_kind=mla");
 ABSL_FLAG(double, sparse_v_threshold, 0.0,
           "sparse-V threshold τ >= 0: positions whose softmax weight is <= τ skip their V; 0: "
           "exact");
@@ -159,6 +169,23 @@ absl::StatusOr<std::vector<T>> PerLayer(const std::string& text, int layers, con
 }
 
 absl::StatusOr<PoolSpec> SpecFromFlags() {
+  ASSIGN_OR_RETURN(const PoolKind kind, ParsePoolKind(absl::GetFlag(FLAGS_pool_kind)));
+  if (kind == PoolKind::kMla) {
+    // The latent's format fixes what the K/V flags would say: refuse them rather than ignore them.
+    for (const char* name : {"kv_heads", "head_dim", "k_format", "v_format", "v_rotation",
+                             "indexer", "k_scales", "v_scales", "sliding_windows"}) {
+      const absl::CommandLineFlag* flag = absl::FindCommandLineFlag(name);
+      if (flag != nullptr && flag->CurrentValue() != flag->DefaultValue()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--", name, " does not apply to --pool_kind=mla (its latent has one "
+                         "format and shape, and it always has the indexer)"));
+      }
+    }
+    PoolSpec spec = MlaPoolSpec(absl::GetFlag(FLAGS_layers), absl::GetFlag(FLAGS_block_size),
+                                /*indexer_ue8m0=*/true);
+    RETURN_IF_ERROR(ValidatePoolSpec(spec));
+    return spec;
+  }
   PoolSpec spec;
   spec.num_layers = absl::GetFlag(FLAGS_layers);
   spec.num_kv_heads = absl::GetFlag(FLAGS_kv_heads);
@@ -283,7 +310,8 @@ absl::Status Main() {
                     .topk = absl::GetFlag(FLAGS_topk),
                     .synthetic_seed = absl::GetFlag(FLAGS_synthetic_seed),
                     .sliding_windows = {},
-                    .sparse_v_threshold = tau};
+                    .sparse_v_threshold = tau,
+                    .softmax_scale = static_cast<float>(absl::GetFlag(FLAGS_softmax_scale))};
   ASSIGN_OR_RETURN(model.sliding_windows, PerLayer<int>(absl::GetFlag(FLAGS_sliding_windows),
                                                         spec.num_layers, "sliding_windows"));
   if (std::all_of(model.sliding_windows.begin(), model.sliding_windows.end(),

@@ -21,11 +21,11 @@ inline constexpr BackendCapabilities kHostCapabilities{
     .cache_write = {FormatsOf({KvFormat::kBf16, KvFormat::kFp8E4m3}),
                     FormatsOf(
                         {KvFormat::kBf16, KvFormat::kTurbo2, KvFormat::kTurbo3, KvFormat::kTurbo4}),
-                    kAllHeadDims},
+                    kAllHeadDims, true},
     .attention = {FormatsOf({KvFormat::kBf16, KvFormat::kFp8E4m3}),
                   FormatsOf(
                       {KvFormat::kBf16, KvFormat::kTurbo2, KvFormat::kTurbo3, KvFormat::kTurbo4}),
-                  kAllHeadDims},
+                  kAllHeadDims, true},
 };
 
 // The CUDA kernels: the cache write handles bf16 too (comparison runs), the tensor-core attention
@@ -34,10 +34,10 @@ inline constexpr BackendCapabilities kCudaCapabilities{
     .cache_write = {FormatsOf({KvFormat::kBf16, KvFormat::kFp8E4m3}),
                     FormatsOf(
                         {KvFormat::kBf16, KvFormat::kTurbo2, KvFormat::kTurbo3, KvFormat::kTurbo4}),
-                    kAllHeadDims},
+                    kAllHeadDims, true},
     .attention = {FormatsOf({KvFormat::kFp8E4m3}),
                   FormatsOf({KvFormat::kTurbo2, KvFormat::kTurbo3, KvFormat::kTurbo4}),
-                  kAllHeadDims},
+                  kAllHeadDims, true},
 };
 
 }  // namespace kvp

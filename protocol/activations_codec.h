@@ -15,19 +15,21 @@
 namespace kvp {
 
 // Per layer, row-major: k and v [tokens, kv_heads, head_dim], index_k [tokens, 128] (pools with an
-// indexer; empty otherwise).
+// indexer; empty otherwise). An MLA pool's k is [tokens, 576], each token's latent then its RoPE
+// values (the wire's latent and rope tensors joined), and v is empty.
 struct TokenActivations {
   std::vector<std::vector<Bf16>> k, v, index_k;
 };
 
-// Per layer: q [q_heads, head_dim], and for pools with an indexer index_q [64, 128] and
-// head_weights [64].
+// Per layer: q [q_heads, head_dim] (MLA pools: [q_heads, 576]), and for pools with an indexer
+// index_q [64, 128] and head_weights [64].
 struct StepQueries {
   std::vector<std::vector<Bf16>> q, index_q;
   std::vector<std::vector<float>> head_weights;
 };
 
-// INVALID_ARGUMENT unless `in` holds one tensor per layer of the shapes above for `tokens` tokens.
+// INVALID_ARGUMENT unless `in` holds one tensor per layer of the shapes above for `tokens` tokens
+// (MLA pools: latent [tokens, 512] and rope [tokens, 64], no k or v; KV pools: no latent or rope).
 absl::Status CheckActivations(wire::Activations::Reader in, const PoolSpec& spec, uint32_t tokens);
 absl::Status CheckQueries(wire::Queries::Reader in, const PoolSpec& spec, const ModelConfig& model);
 

@@ -43,10 +43,12 @@ void ServedToWire(const OpCapabilities& served, wire::ServedFormats::Builder out
   }
   auto list = out.initHeadDims(static_cast<unsigned>(dims.size()));
   for (size_t i = 0; i < dims.size(); ++i) list.set(static_cast<unsigned>(i), dims[i]);
+  out.setMla(served.mla);
 }
 
 OpCapabilities ServedFromWire(wire::ServedFormats::Reader in) {
-  OpCapabilities served{FormatsFromWire(in.getKFormats()), FormatsFromWire(in.getVFormats()), 0};
+  OpCapabilities served{FormatsFromWire(in.getKFormats()), FormatsFromWire(in.getVFormats()), 0,
+                        in.getMla()};
   for (uint32_t d : in.getHeadDims()) {
     for (int i = 0; i < 3; ++i) {
       if (static_cast<uint32_t>(kHeadDims[i]) == d) served.head_dims |= 1u << i;
@@ -56,6 +58,10 @@ OpCapabilities ServedFromWire(wire::ServedFormats::Reader in) {
 }
 
 absl::Status CheckServes(const OpCapabilities& served, const PoolSpec& spec) {
+  if (spec.mla()) {
+    if (served.mla) return absl::OkStatus();
+    return absl::UnimplementedError("the worker cannot serve MLA pools");
+  }
   if (!served.k_formats.Has(spec.k_format)) {
     return absl::UnimplementedError(absl::StrCat("the worker lacks the pool's K format ",
                                                  std::string(KvFormatName(spec.k_format))));

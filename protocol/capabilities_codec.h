@@ -13,8 +13,8 @@ void ServedToWire(const OpCapabilities& served, wire::ServedFormats::Builder out
 // Formats the wire names that this build does not know are left out.
 OpCapabilities ServedFromWire(wire::ServedFormats::Reader in);
 
-// OK when `served` covers the spec's K and V formats and head dim; UNIMPLEMENTED naming the first
-// it lacks.
+// OK when `served` covers the spec's K and V formats and head dim (an MLA pool: MLA); UNIMPLEMENTED
+// naming the first it lacks.
 absl::Status CheckServes(const OpCapabilities& served, const PoolSpec& spec);
 
 }  // namespace kvp

@@ -68,6 +68,13 @@ enum KvFormat {
   indexer @5;
 }
 
+# What a pool caches per token and layer (docs/design.md §4). An MLA pool has one latent head:
+# numKvHeads 1, headDim 512, the K/V fields at their defaults, an indexer.
+enum PoolKind {
+  kv @0;   # FP8/bf16 K and TurboNV/bf16 V per kv head
+  mla @1;  # one fp8_ds_mla latent (656 bytes) shared by all query heads
+}
+
 struct PoolSpec {
   numLayers @0 :UInt32;
   numKvHeads @1 :UInt32;
@@ -80,6 +87,7 @@ struct PoolSpec {
   indexerUe8m0 @8 :Bool;
   kScales @9 :List(Float32) $boundBy(layers);  # per layer; empty = 1.0
   vScales @10 :List(Float32) $boundBy(layers);  # per layer; empty = 1.0
+  kind @11 :PoolKind;
 }
 
 enum DType {
@@ -98,14 +106,16 @@ struct Tensor {
 
 # Per-layer activations of new tokens, as the cache write consumes them.
 struct Activations {
-  k @0 :List(Tensor) $boundBy(layers);       # per layer: [tokens, kv_heads, head_dim] bf16
-  v @1 :List(Tensor) $boundBy(layers);       # per layer: [tokens, kv_heads, head_dim] bf16
+  k @0 :List(Tensor) $boundBy(layers);       # per layer: [tokens, kv_heads, head_dim] bf16 (KV pools)
+  v @1 :List(Tensor) $boundBy(layers);       # per layer: [tokens, kv_heads, head_dim] bf16 (KV pools)
   indexK @2 :List(Tensor) $boundBy(layers);  # per layer: [tokens, 128] bf16, pools with an indexer
+  latent @3 :List(Tensor) $boundBy(layers);  # per layer: [tokens, 512] bf16 (MLA pools)
+  rope @4 :List(Tensor) $boundBy(layers);    # per layer: [tokens, 64] bf16 (MLA pools)
 }
 
 # Per-layer queries of one decode step.
 struct Queries {
-  q @0 :List(Tensor) $boundBy(layers);            # per layer: [q_heads, head_dim] bf16
+  q @0 :List(Tensor) $boundBy(layers);            # per layer: [q_heads, head_dim] bf16; MLA: [q_heads, 576]
   indexQ @1 :List(Tensor) $boundBy(layers);       # per layer: [64, 128] bf16
   headWeights @2 :List(Tensor) $boundBy(layers);  # per layer: [64] float32
 }
@@ -204,6 +214,7 @@ struct DecodeOutput {
   length @1 :UInt64;
   out @2 :List(Tensor) $boundBy(layers);   # per layer: [q_heads, head_dim] float32
   topk @3 :List(Tensor) $boundBy(layers);  # per layer: [k] int32, pools with an indexer
+  lse @4 :List(Tensor) $boundBy(layers);   # per layer: [q_heads] float32 log-sum-exp (MLA pools)
 }
 
 struct DecodeReply {
@@ -313,6 +324,7 @@ struct ServedFormats {
   kFormats @0 :List(KvFormat) $maxElements(64);
   vFormats @1 :List(KvFormat) $maxElements(64);
   headDims @2 :List(UInt32) $maxElements(64);
+  mla @3 :Bool;  # MLA pools: latent write and sparse MLA decode
 }
 
 struct Capabilities {
@@ -345,6 +357,7 @@ struct Model {
   # Per layer: > 0 attends to the last W positions only (dense decode); 0, or an empty list: all.
   slidingWindows @3 :List(UInt32) $boundBy(layers);
   sparseVThreshold @4 :Float32;  # τ of sparse-V (docs/design.md §5); 0: exact dense softmax
+  softmaxScale @5 :Float32;      # 0: the pool kind's default (1/√head_dim; MLA: 0.1352)
 }
 
 struct RegisterReply {

@@ -31,6 +31,10 @@ void DecodeResultsToWire(const std::vector<DecodeStepResult>& results, uint32_t 
     for (size_t l = 0; l < r.out.size(); ++l) {
       SetTensor<float>(outs[l], {num_q_heads, head_dim}, std::span<const float>(r.out[l]));
     }
+    auto lse = o.initLse(r.lse.size());
+    for (size_t l = 0; l < r.lse.size(); ++l) {
+      SetTensor<float>(lse[l], {num_q_heads}, std::span<const float>(r.lse[l]));
+    }
     auto topk = o.initTopk(r.topk.size());
     for (size_t l = 0; l < r.topk.size(); ++l) {
       SetTensor<int32_t>(topk[l], {static_cast<uint32_t>(r.topk[l].size())},
@@ -53,6 +57,10 @@ absl::StatusOr<std::vector<DecodeStepResult>> DecodeResultsFromWire(
     for (unsigned l = 0; l < o.getTopk().size(); ++l) {
       ASSIGN_OR_RETURN(auto v, AnyShapeValues<int32_t>(o.getTopk()[l], absl::StrCat("topk ", l)));
       r.topk.push_back(std::move(v));
+    }
+    for (unsigned l = 0; l < o.getLse().size(); ++l) {
+      ASSIGN_OR_RETURN(auto v, AnyShapeValues<float>(o.getLse()[l], absl::StrCat("lse ", l)));
+      r.lse.push_back(std::move(v));
     }
     results.push_back(std::move(r));
   }

@@ -1,5 +1,6 @@
 // Decode outputs on the wire: per step and returned layer, the attention output
-// [q_heads, head_dim] float32 and, for pools with an indexer, the selected positions [topk] int32.
+// [q_heads, head_dim] float32, for pools with an indexer the selected positions [topk] int32 and,
+// for MLA pools, each head's log-sum-exp [q_heads] float32.
 #pragma once
 
 #include <cstdint>
@@ -15,9 +16,10 @@ struct DecodeStepResult {
   int64_t length = 0;  // tokens after the step
   std::vector<std::vector<float>> out;     // per returned layer
   std::vector<std::vector<int32_t>> topk;  // per returned layer; empty without an indexer
+  std::vector<std::vector<float>> lse;     // per returned layer; MLA pools only
 };
 
-// REQUIRES: every out has num_q_heads · head_dim values.
+// REQUIRES: every out has num_q_heads · head_dim values, every lse num_q_heads.
 void DecodeResultsToWire(const std::vector<DecodeStepResult>& results, uint32_t num_q_heads,
                          uint32_t head_dim, capnp::List<wire::DecodeOutput>::Builder out);
 

@@ -26,6 +26,10 @@ absl::StatusOr<KvFormat> KvFormatFromWire(wire::KvFormat f) {
   return static_cast<KvFormat>(n);
 }
 
+static_assert(static_cast<int>(wire::PoolKind::KV) == static_cast<int>(PoolKind::kKv));
+static_assert(static_cast<int>(wire::PoolKind::MLA) == static_cast<int>(PoolKind::kMla));
+static_assert(kNumPoolKinds == 2, "a new pool kind needs its wire enumerant and an assert here");
+
 void ModelConfigToWire(const ModelConfig& model, wire::Model::Builder out) {
   out.setNumQHeads(static_cast<uint32_t>(model.num_q_heads));
   out.setTopk(static_cast<uint32_t>(model.topk));
@@ -35,6 +39,7 @@ void ModelConfigToWire(const ModelConfig& model, wire::Model::Builder out) {
     windows.set(static_cast<unsigned>(l), static_cast<uint32_t>(model.sliding_windows[l]));
   }
   out.setSparseVThreshold(model.sparse_v_threshold);
+  out.setSoftmaxScale(model.softmax_scale);
 }
 
 ModelConfig ModelConfigFromWire(wire::Model::Reader in) {
@@ -42,7 +47,8 @@ ModelConfig ModelConfigFromWire(wire::Model::Reader in) {
                     .topk = static_cast<int>(in.getTopk()),
                     .synthetic_seed = in.getSyntheticSeed(),
                     .sliding_windows = {},
-                    .sparse_v_threshold = in.getSparseVThreshold()};
+                    .sparse_v_threshold = in.getSparseVThreshold(),
+                    .softmax_scale = in.getSoftmaxScale()};
   for (uint32_t w : in.getSlidingWindows()) {
     // A window past INT32_MAX attends to everything anyway.
     model.sliding_windows.push_back(static_cast<int>(std::min<uint32_t>(w, INT32_MAX)));
@@ -51,6 +57,7 @@ ModelConfig ModelConfigFromWire(wire::Model::Reader in) {
 }
 
 void PoolSpecToWire(const PoolSpec& spec, wire::PoolSpec::Builder out) {
+  out.setKind(static_cast<wire::PoolKind>(spec.kind));
   out.setNumLayers(spec.num_layers);
   out.setNumKvHeads(spec.num_kv_heads);
   out.setHeadDim(spec.head_dim);
@@ -68,6 +75,11 @@ void PoolSpecToWire(const PoolSpec& spec, wire::PoolSpec::Builder out) {
 
 absl::StatusOr<PoolSpec> PoolSpecFromWire(wire::PoolSpec::Reader in) {
   PoolSpec spec;
+  const auto kind = static_cast<int>(in.getKind());
+  if (kind < 0 || kind >= kNumPoolKinds) {
+    return absl::InvalidArgumentError(absl::StrCat("unknown pool kind number ", kind));
+  }
+  spec.kind = static_cast<PoolKind>(kind);
   spec.num_layers = static_cast<int>(in.getNumLayers());
   spec.num_kv_heads = static_cast<int>(in.getNumKvHeads());
   spec.head_dim = static_cast<int>(in.getHeadDim());

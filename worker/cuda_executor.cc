@@ -6,6 +6,7 @@
 #include "kernels/common/cuda_status.h"
 #include "kernels/synthetic/synthetic_model.h"
 #include "kvpool/format/indexer_quant.h"
+#include "kvpool/format/mla_latent.h"
 #include "kernels/block_copy/block_copy_ref.h"
 #include "worker/job_inputs.h"
 #include "worker/migration.h"
@@ -47,13 +48,37 @@ SyntheticTokensParams CudaExecutor::SyntheticTokens(int layer, const int32_t* to
   p.config = SyntheticConfigOf(ctx_.model);
   p.layer = layer;
   p.num_kv_heads = ctx_.spec.num_kv_heads;
-  p.head_dim = ctx_.spec.head_dim;
+  p.head_dim = ctx_.spec.InputDim();
   p.tokens = tokens;
   p.num_tokens = n;
   p.k = static_cast<Bf16*>(k);
   p.v = static_cast<Bf16*>(v);
   p.index_k = static_cast<Bf16*>(index_k);
   return p;
+}
+
+absl::Status CudaExecutor::WriteTokens(const LayerCache& cache, const void* k, const void* v,
+                                       const void* index_k, const int64_t* slots, int64_t n) {
+  const Bf16* index = cache.has_indexer ? static_cast<const Bf16*>(index_k) : nullptr;
+  if (ctx_.spec.mla()) {
+    const Bf16* token = static_cast<const Bf16*>(k);
+    return MlaCacheWriteCuda(MlaCacheWriteParams{.cache = cache,
+                                                 .latent = token,
+                                                 .rope = token + kMlaLatentDim,
+                                                 .index_k = index,
+                                                 .slots = slots,
+                                                 .num_tokens = static_cast<int32_t>(n),
+                                                 .latent_stride = kMlaInputDim,
+                                                 .rope_stride = kMlaInputDim},
+                             stream_);
+  }
+  return CacheWriteCuda(CacheWriteParams{.cache = cache,
+                                         .k = static_cast<const Bf16*>(k),
+                                         .v = static_cast<const Bf16*>(v),
+                                         .index_k = index,
+                                         .slot_mapping = slots,
+                                         .num_tokens = n},
+                        stream_);
 }
 
 absl::Status CudaExecutor::Copy(const std::vector<BlockCopyPair>& copies) {
@@ -99,12 +124,12 @@ absl::Status CudaExecutor::MoveBlocksFrom(const uint8_t* source, int64_t source_
 absl::Status CudaExecutor::Prefill(const PrefillWork& work) {
   RETURN_IF_ERROR(Copy(work.copies));
   const int64_t n = static_cast<int64_t>(work.tokens.size());
-  const size_t row = static_cast<size_t>(ctx_.spec.num_kv_heads) * ctx_.spec.head_dim;
-  const bool indexer = ctx_.spec.indexer;
+  const size_t row = TokenRow(ctx_.spec);
+  const bool indexer = ctx_.spec.indexer, values = !ctx_.spec.mla();
   ASSIGN_OR_RETURN(int64_t * slots, Upload(work.slots, slots_));
   ASSIGN_OR_RETURN(int32_t * tokens, Upload(work.tokens, tokens_));
   ASSIGN_OR_RETURN(void* k, k_.Get(n * row * sizeof(Bf16)));
-  ASSIGN_OR_RETURN(void* v, v_.Get(n * row * sizeof(Bf16)));
+  ASSIGN_OR_RETURN(void* v, v_.Get(values ? n * row * sizeof(Bf16) : 1));
   ASSIGN_OR_RETURN(void* index_k, index_k_.Get(n * kIndexHeadDim * sizeof(Bf16)));
   TokenInputs host;
   for (int l = 0; l < ctx_.spec.num_layers; ++l) {
@@ -116,18 +141,12 @@ absl::Status CudaExecutor::Prefill(const PrefillWork& work) {
         ASSIGN_OR_RETURN(index_k, Upload(host.index_k, index_k_));
       }
     } else {
-      SyntheticTokensParams p = SyntheticTokens(l, tokens, n, k, v, indexer ? index_k : nullptr);
+      SyntheticTokensParams p = SyntheticTokens(l, tokens, n, k, values ? v : nullptr,
+                                                indexer ? index_k : nullptr);
       p.first_position = static_cast<int32_t>(work.first_position);
       RETURN_IF_ERROR(SyntheticTokensCuda(p, stream_));
     }
-    RETURN_IF_ERROR(CacheWriteCuda(
-        CacheWriteParams{.cache = layout_.Layer(base_, ctx_.num_blocks, l),
-                         .k = static_cast<const Bf16*>(k),
-                         .v = static_cast<const Bf16*>(v),
-                         .index_k = indexer ? static_cast<const Bf16*>(index_k) : nullptr,
-                         .slot_mapping = slots,
-                         .num_tokens = n},
-        stream_));
+    RETURN_IF_ERROR(WriteTokens(layout_.Layer(base_, ctx_.num_blocks, l), k, v, index_k, slots, n));
   }
   KVP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
   return absl::OkStatus();
@@ -152,12 +171,18 @@ struct CudaExecutor::DecodeBuffers {
   size_t out_per_layer = 0, topk_per_layer = 0;
   float* out = nullptr;                                            // [out_layers or 1, n, qh, d]
   int32_t* topk = nullptr;                                         // [out_layers or 1, n, k]
+  // MLA pools: the selected slots, and the decode's bf16 output (in place of `out`) and
+  // log-sum-exp of each returned layer.
+  int32_t* mla_slots = nullptr;                                    // [n, k]
+  Bf16* mla_out = nullptr;                                         // [out_layers or 1, n, qh, d]
+  float* lse = nullptr;                                            // [out_layers or 1, n, qh]
 };
 
 absl::StatusOr<CudaExecutor::DecodeBuffers> CudaExecutor::PrepareDecode(const DecodeWork& work) {
   DecodeBuffers b;
   b.n = static_cast<int>(work.steps.size());
   const int n = b.n, qh = ctx_.model.num_q_heads, d = ctx_.spec.head_dim;
+  const bool mla = ctx_.spec.mla();
   b.synth = SyntheticConfigOf(ctx_.model);
   for (const DecodeStepWork& s : work.steps) {
     RETURN_IF_ERROR(Copy(s.copies));
@@ -188,11 +213,12 @@ absl::StatusOr<CudaExecutor::DecodeBuffers> CudaExecutor::PrepareDecode(const De
   ASSIGN_OR_RETURN(b.needle_pos, Upload(needle_pos, needle_pos_));
   ASSIGN_OR_RETURN(b.needle_tok, Upload(needle_tok, needle_tok_));
   ASSIGN_OR_RETURN(b.needle_gain, Upload(needle_gain, needle_gain_));
-  const size_t row = static_cast<size_t>(ctx_.spec.num_kv_heads) * d;
+  const size_t row = TokenRow(ctx_.spec);
   ASSIGN_OR_RETURN(b.k, k_.Get(n * row * sizeof(Bf16)));
-  ASSIGN_OR_RETURN(b.v, v_.Get(n * row * sizeof(Bf16)));
+  ASSIGN_OR_RETURN(b.v, v_.Get(mla ? 1 : n * row * sizeof(Bf16)));
   ASSIGN_OR_RETURN(b.index_k, index_k_.Get(n * kIndexHeadDim * sizeof(Bf16)));
-  ASSIGN_OR_RETURN(b.q, q_.Get(static_cast<size_t>(n) * qh * d * sizeof(Bf16)));
+  ASSIGN_OR_RETURN(b.q,
+                   q_.Get(static_cast<size_t>(n) * qh * ctx_.spec.InputDim() * sizeof(Bf16)));
   ASSIGN_OR_RETURN(b.index_q, index_q_.Get(n * kIndexHeads * kIndexHeadDim * sizeof(Bf16)));
   ASSIGN_OR_RETURN(b.weights, weights_.Get(n * kIndexHeads * sizeof(float)));
   ASSIGN_OR_RETURN(b.logits,
@@ -207,6 +233,14 @@ absl::StatusOr<CudaExecutor::DecodeBuffers> CudaExecutor::PrepareDecode(const De
   ASSIGN_OR_RETURN(void* topk, topk_.Get(std::max<size_t>(layers * b.topk_per_layer, 1) * 4));
   b.out = static_cast<float*>(out);
   b.topk = static_cast<int32_t*>(topk);
+  if (mla) {
+    ASSIGN_OR_RETURN(void* slots, mla_slots_.Get(std::max<size_t>(b.topk_per_layer, 1) * 4));
+    ASSIGN_OR_RETURN(void* mla_out, mla_out_.Get(layers * b.out_per_layer * sizeof(Bf16)));
+    ASSIGN_OR_RETURN(void* lse, lse_.Get(layers * static_cast<size_t>(n) * qh * sizeof(float)));
+    b.mla_slots = static_cast<int32_t*>(slots);
+    b.mla_out = static_cast<Bf16*>(mla_out);
+    b.lse = static_cast<float*>(lse);
+  }
   return b;
 }
 
@@ -214,8 +248,9 @@ absl::Status CudaExecutor::WriteDecodeTokens(const DecodeWork& work, int layer,
                                              const LayerCache& cache, DecodeBuffers& b) {
   const bool indexer = ctx_.spec.indexer;
   if (b.synthetic_tokens) {
-    SyntheticTokensParams p =
-        SyntheticTokens(layer, b.tokens, b.n, b.k, b.v, indexer ? b.index_k : nullptr);
+    SyntheticTokensParams p = SyntheticTokens(layer, b.tokens, b.n, b.k,
+                                              ctx_.spec.mla() ? nullptr : b.v,
+                                              indexer ? b.index_k : nullptr);
     p.positions = b.positions;
     RETURN_IF_ERROR(SyntheticTokensCuda(p, stream_));
   } else {
@@ -226,14 +261,7 @@ absl::Status CudaExecutor::WriteDecodeTokens(const DecodeWork& work, int layer,
       ASSIGN_OR_RETURN(b.index_k, Upload(host_tokens_.index_k, index_k_));
     }
   }
-  return CacheWriteCuda(
-      CacheWriteParams{.cache = cache,
-                       .k = static_cast<const Bf16*>(b.k),
-                       .v = static_cast<const Bf16*>(b.v),
-                       .index_k = indexer ? static_cast<const Bf16*>(b.index_k) : nullptr,
-                       .slot_mapping = b.slots,
-                       .num_tokens = b.n},
-      stream_);
+  return WriteTokens(cache, b.k, b.v, b.index_k, b.slots, b.n);
 }
 
 absl::Status CudaExecutor::FillDecodeQueries(const DecodeWork& work, int layer,
@@ -254,7 +282,7 @@ absl::Status CudaExecutor::FillDecodeQueries(const DecodeWork& work, int layer,
   p.num_steps = b.n;
   p.num_q_heads = ctx_.model.num_q_heads;
   p.num_kv_heads = ctx_.spec.num_kv_heads;
-  p.head_dim = ctx_.spec.head_dim;
+  p.head_dim = ctx_.spec.InputDim();
   p.step_seeds = b.seeds;
   p.needle_positions = b.needle_pos;
   p.needle_tokens = b.needle_tok;
@@ -266,7 +294,9 @@ absl::Status CudaExecutor::FillDecodeQueries(const DecodeWork& work, int layer,
 }
 
 absl::Status CudaExecutor::Attend(int layer, const LayerCache& cache, const DecodeBuffers& b,
-                                  float* out, int32_t* topk) {
+                                  size_t out_slot) {
+  float* out = b.out + out_slot * b.out_per_layer;
+  int32_t* topk = b.topk + out_slot * b.topk_per_layer;
   const int k = ctx_.model.topk;
   const AttentionParams attn{.cache = cache,
                              .q = static_cast<const Bf16*>(b.q),
@@ -276,7 +306,7 @@ absl::Status CudaExecutor::Attend(int layer, const LayerCache& cache, const Deco
                              .out = out,
                              .num_seqs = b.n,
                              .num_q_heads = ctx_.model.num_q_heads,
-                             .softmax_scale = DefaultSoftmaxScale(ctx_.spec.head_dim),
+                             .softmax_scale = SoftmaxScaleOf(ctx_.model, ctx_.spec),
                              .sparse_v_threshold = ctx_.model.sparse_v_threshold,
                              .max_seq_len = b.batch.max_len,
                              .skipped_tiles = nullptr};
@@ -304,16 +334,49 @@ absl::Status CudaExecutor::Attend(int layer, const LayerCache& cache, const Deco
                                       .num_rows = b.n,
                                       .k = k},
                            kernel_ws_, stream_));
-  return SparseDecodeCuda(SparseDecodeParams{.attn = attn, .indices = topk, .topk = k},
-                          kernel_ws_, stream_);
+  if (!ctx_.spec.mla()) {
+    return SparseDecodeCuda(SparseDecodeParams{.attn = attn, .indices = topk, .topk = k},
+                            kernel_ws_, stream_);
+  }
+  RETURN_IF_ERROR(SlotsOfPositionsCuda(SlotsOfPositionsParams{.positions = topk,
+                                                              .block_tables = b.tables,
+                                                              .block_table_stride = b.batch.stride,
+                                                              .block_size = cache.block_size,
+                                                              .slots = b.mla_slots,
+                                                              .rows = b.n,
+                                                              .k = k},
+                                       stream_));
+  const size_t heads = static_cast<size_t>(b.n) * ctx_.model.num_q_heads;
+  return SparseMlaDecodeCuda(
+      SparseMlaDecodeParams{.cache = cache,
+                            .q = static_cast<const Bf16*>(b.q),
+                            .slots = b.mla_slots,
+                            .batch = b.n,
+                            .s_q = 1,
+                            .heads = ctx_.model.num_q_heads,
+                            .topk = k,
+                            .softmax_scale = SoftmaxScaleOf(ctx_.model, ctx_.spec),
+                            .out = b.mla_out + out_slot * b.out_per_layer,
+                            .lse = b.lse + out_slot * heads},
+      stream_);
 }
 
 absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::CollectOutputs(
     const DecodeWork& work, const DecodeBuffers& b) {
   const int qh = ctx_.model.num_q_heads, d = ctx_.spec.head_dim, k = ctx_.model.topk;
+  const bool mla = ctx_.spec.mla();
   std::vector<float> host_out(b.out_layers * b.out_per_layer);
   std::vector<int32_t> host_topk(b.out_layers * b.topk_per_layer);
-  if (!host_out.empty()) {
+  std::vector<Bf16> host_mla_out(mla ? host_out.size() : 0);
+  std::vector<float> host_lse(mla ? static_cast<size_t>(b.out_layers) * b.n * qh : 0);
+  if (mla && !host_out.empty()) {
+    KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_mla_out.data(), b.mla_out,
+                                             host_mla_out.size() * sizeof(Bf16),
+                                             cudaMemcpyDeviceToHost, stream_));
+    KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_lse.data(), b.lse,
+                                             host_lse.size() * sizeof(float),
+                                             cudaMemcpyDeviceToHost, stream_));
+  } else if (!host_out.empty()) {
     KVP_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host_out.data(), b.out,
                                              host_out.size() * sizeof(float),
                                              cudaMemcpyDeviceToHost, stream_));
@@ -324,6 +387,7 @@ absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::CollectOutputs(
                                              cudaMemcpyDeviceToHost, stream_));
   }
   KVP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_));
+  std::transform(host_mla_out.begin(), host_mla_out.end(), host_out.begin(), Bf16ToFloat);
   std::vector<DecodeStepResult> results = EmptyResults(work);
   for (int i = 0; i < b.n; ++i) {
     for (int l = 0; l < b.out_layers; ++l) {
@@ -332,6 +396,10 @@ absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::CollectOutputs(
       if (ctx_.spec.indexer) {
         const int32_t* t = host_topk.data() + l * b.topk_per_layer + static_cast<size_t>(i) * k;
         results[i].topk.emplace_back(t, t + k);
+      }
+      if (mla) {
+        const float* e = host_lse.data() + (static_cast<size_t>(l) * b.n + i) * qh;
+        results[i].lse.emplace_back(e, e + qh);
       }
     }
   }
@@ -346,8 +414,7 @@ absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::Decode(const DecodeW
     RETURN_IF_ERROR(FillDecodeQueries(work, l, b));
     // Unless all layers are returned, every layer writes the one output slot; the last one stays.
     const size_t slot = work.outputs == wire::OutputLayers::ALL ? static_cast<size_t>(l) : 0;
-    RETURN_IF_ERROR(Attend(l, cache, b, b.out + slot * b.out_per_layer,
-                           b.topk + slot * b.topk_per_layer));
+    RETURN_IF_ERROR(Attend(l, cache, b, slot));
   }
   return CollectOutputs(work, b);
 }

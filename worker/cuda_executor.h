@@ -37,6 +37,10 @@ class CudaExecutor : public Executor {
   template <typename T>
   absl::StatusOr<T*> Upload(const std::vector<T>& host, CudaWorkspace& buffer);
   absl::Status Copy(const std::vector<BlockCopyPair>& copies);
+  // Layer `cache`'s `n` new tokens (device arrays) written into their slots: K/V and index keys,
+  // or an MLA pool's latents ([n, 576] rows in k) and index keys.
+  absl::Status WriteTokens(const LayerCache& cache, const void* k, const void* v,
+                           const void* index_k, const int64_t* slots, int64_t n);
   // The steps of a decode job, in the order Decode takes them.
   struct DecodeBuffers;
   absl::StatusOr<DecodeBuffers> PrepareDecode(const DecodeWork& work);
@@ -45,9 +49,10 @@ class CudaExecutor : public Executor {
                                  DecodeBuffers& b);
   // Layer `layer`: the queries, synthetic or uploaded.
   absl::Status FillDecodeQueries(const DecodeWork& work, int layer, DecodeBuffers& b);
-  // Layer `layer`: indexer -> top-k -> sparse decode, or dense decode, into out (and topk).
-  absl::Status Attend(int layer, const LayerCache& cache, const DecodeBuffers& b, float* out,
-                      int32_t* topk);
+  // Layer `layer`: indexer -> top-k -> sparse (MLA) decode, or dense decode, into output slot
+  // `out_slot` of the buffers' outputs (and top-k).
+  absl::Status Attend(int layer, const LayerCache& cache, const DecodeBuffers& b,
+                      size_t out_slot);
   absl::StatusOr<std::vector<DecodeStepResult>> CollectOutputs(const DecodeWork& work,
                                                                const DecodeBuffers& b);
   // What prefill and decode ask of the synthetic generator alike: K and V (and index keys when
@@ -63,7 +68,7 @@ class CudaExecutor : public Executor {
   // Device scratch, grown to the largest job and reused.
   CudaWorkspace kernel_ws_, tokens_, positions_, slots_, tables_, lens_, k_, v_, index_k_, q_,
       index_q_, weights_, seeds_, needle_pos_, needle_tok_, needle_gain_, logits_, indices_, out_,
-      topk_, move_from_, move_to_;
+      topk_, mla_slots_, mla_out_, lse_, move_from_, move_to_;
   // Host staging of client tensors, reused across layers and jobs.
   TokenInputs host_tokens_;
   QueryInputs host_queries_;

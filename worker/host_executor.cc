@@ -7,6 +7,7 @@
 #include "kernels/block_copy/block_copy_ref.h"
 #include "kernels/cache_write/cache_write_ref.h"
 #include "kernels/indexer_logits/indexer_logits_ref.h"
+#include "kernels/mla/mla_ref.h"
 #include "kernels/paged_decode/paged_decode_ref.h"
 #include "kernels/sparse_decode/sparse_decode_ref.h"
 #include "kernels/topk/topk_ref.h"
@@ -14,6 +15,32 @@
 #include "worker/migration.h"
 
 namespace kvp {
+
+namespace {
+
+// Layer `cache`'s new tokens written into their slots: K/V (and index keys), or MLA latents.
+absl::Status WriteTokens(const LayerCache& cache, bool mla, const TokenInputs& in,
+                         const int64_t* slots, int64_t n) {
+  const Bf16* index_k = cache.has_indexer ? in.index_k.data() : nullptr;
+  if (mla) {
+    return MlaCacheWriteRef(MlaCacheWriteParams{.cache = cache,
+                                                .latent = in.k.data(),
+                                                .rope = in.k.data() + kMlaLatentDim,
+                                                .index_k = index_k,
+                                                .slots = slots,
+                                                .num_tokens = static_cast<int32_t>(n),
+                                                .latent_stride = kMlaInputDim,
+                                                .rope_stride = kMlaInputDim});
+  }
+  return CacheWriteRef(CacheWriteParams{.cache = cache,
+                                        .k = in.k.data(),
+                                        .v = in.v.data(),
+                                        .index_k = index_k,
+                                        .slot_mapping = slots,
+                                        .num_tokens = n});
+}
+
+}  // namespace
 
 HostExecutor::HostExecutor(BlockLayout layout, uint8_t* base, JobContext ctx)
     : layout_(std::move(layout)), base_(base), ctx_(std::move(ctx)) {}
@@ -49,13 +76,8 @@ absl::Status HostExecutor::Prefill(const PrefillWork& work) {
   TokenInputs in;
   for (int l = 0; l < ctx_.spec.num_layers; ++l) {
     FillPrefillInputs(work, ctx_, l, &in);
-    CacheWriteParams p{layout_.Layer(base_, ctx_.num_blocks, l),
-                       in.k.data(),
-                       in.v.data(),
-                       ctx_.spec.indexer ? in.index_k.data() : nullptr,
-                       work.slots.data(),
-                       static_cast<int64_t>(work.tokens.size())};
-    RETURN_IF_ERROR(CacheWriteRef(p));
+    RETURN_IF_ERROR(WriteTokens(layout_.Layer(base_, ctx_.num_blocks, l), ctx_.spec.mla(), in,
+                                work.slots.data(), static_cast<int64_t>(work.tokens.size())));
   }
   return absl::OkStatus();
 }
@@ -74,16 +96,15 @@ absl::StatusOr<std::vector<DecodeStepResult>> HostExecutor::Decode(const DecodeW
   QueryInputs queries;
   std::vector<float> out(static_cast<size_t>(n) * qh * d), logits;
   std::vector<int32_t> indices(static_cast<size_t>(n) * k);
+  // MLA pools: the selected slots, the decode's bf16 output and each head's log-sum-exp.
+  const bool mla = ctx_.spec.mla();
+  std::vector<int32_t> mla_slots(mla ? indices.size() : 0);
+  std::vector<Bf16> mla_out(mla ? out.size() : 0);
+  std::vector<float> lse(mla ? static_cast<size_t>(n) * qh : 0);
   for (int l = 0; l < ctx_.spec.num_layers; ++l) {
     const LayerCache cache = layout_.Layer(base_, ctx_.num_blocks, l);
     FillDecodeTokenInputs(work, ctx_, l, &tokens);
-    RETURN_IF_ERROR(CacheWriteRef(CacheWriteParams{
-        .cache = cache,
-        .k = tokens.k.data(),
-        .v = tokens.v.data(),
-        .index_k = ctx_.spec.indexer ? tokens.index_k.data() : nullptr,
-        .slot_mapping = batch.slots.data(),
-        .num_tokens = n}));
+    RETURN_IF_ERROR(WriteTokens(cache, ctx_.spec.mla(), tokens, batch.slots.data(), n));
     FillDecodeQueryInputs(work, ctx_, l, &queries);
     const AttentionParams attn{.cache = cache,
                                .q = queries.q.data(),
@@ -93,7 +114,7 @@ absl::StatusOr<std::vector<DecodeStepResult>> HostExecutor::Decode(const DecodeW
                                .out = out.data(),
                                .num_seqs = n,
                                .num_q_heads = qh,
-                               .softmax_scale = DefaultSoftmaxScale(d),
+                               .softmax_scale = SoftmaxScaleOf(ctx_.model, ctx_.spec),
                                .sparse_v_threshold = ctx_.model.sparse_v_threshold,
                                .max_seq_len = max_len,
                                .skipped_tiles = nullptr};
@@ -115,8 +136,30 @@ absl::StatusOr<std::vector<DecodeStepResult>> HostExecutor::Decode(const DecodeW
                                          .scores_stride = max_len,
                                          .num_rows = n,
                                          .k = k}));
-      RETURN_IF_ERROR(
-          SparseDecodeRef(SparseDecodeParams{.attn = attn, .indices = indices.data(), .topk = k}));
+      if (ctx_.spec.mla()) {
+        RETURN_IF_ERROR(SlotsOfPositionsRef(SlotsOfPositionsParams{.positions = indices.data(),
+                                                                   .block_tables = tables,
+                                                                   .block_table_stride = stride,
+                                                                   .block_size = cache.block_size,
+                                                                   .slots = mla_slots.data(),
+                                                                   .rows = n,
+                                                                   .k = k}));
+        RETURN_IF_ERROR(SparseMlaDecodeRef(
+            SparseMlaDecodeParams{.cache = cache,
+                                  .q = queries.q.data(),
+                                  .slots = mla_slots.data(),
+                                  .batch = n,
+                                  .s_q = 1,
+                                  .heads = qh,
+                                  .topk = k,
+                                  .softmax_scale = SoftmaxScaleOf(ctx_.model, ctx_.spec),
+                                  .out = mla_out.data(),
+                                  .lse = lse.data()}));
+        std::transform(mla_out.begin(), mla_out.end(), out.begin(), Bf16ToFloat);
+      } else {
+        RETURN_IF_ERROR(SparseDecodeRef(
+            SparseDecodeParams{.attn = attn, .indices = indices.data(), .topk = k}));
+      }
     } else {
       RETURN_IF_ERROR(
           PagedDecodeRef(PagedDecodeParams{.attn = attn, .window = ctx_.model.Window(l)}));
@@ -131,6 +174,10 @@ absl::StatusOr<std::vector<DecodeStepResult>> HostExecutor::Decode(const DecodeW
       if (ctx_.spec.indexer) {
         results[i].topk.emplace_back(indices.begin() + static_cast<size_t>(i) * k,
                                      indices.begin() + static_cast<size_t>(i + 1) * k);
+      }
+      if (mla) {
+        results[i].lse.emplace_back(lse.begin() + static_cast<size_t>(i) * qh,
+                                    lse.begin() + static_cast<size_t>(i + 1) * qh);
       }
     }
   }

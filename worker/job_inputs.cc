@@ -16,6 +16,10 @@ void Append(const std::vector<T>& from, std::vector<T>* to) {
 
 }  // namespace
 
+size_t TokenRow(const PoolSpec& spec) {
+  return static_cast<size_t>(spec.num_kv_heads) * spec.InputDim();
+}
+
 DecodeBatch DecodeBatchOf(const DecodeWork& work) {
   DecodeBatch b;
   for (const DecodeStepWork& s : work.steps) {
@@ -47,39 +51,43 @@ std::vector<DecodeStepResult> EmptyResults(const DecodeWork& work) {
 void FillPrefillInputs(const PrefillWork& work, const JobContext& ctx, int layer,
                        TokenInputs* out) {
   const size_t n = work.tokens.size();
-  const size_t row = static_cast<size_t>(ctx.spec.num_kv_heads) * ctx.spec.head_dim;
+  const size_t row = TokenRow(ctx.spec);
+  const bool values = !ctx.spec.mla();
   if (work.activations.has_value()) {
     out->k = work.activations->k[layer];
-    out->v = work.activations->v[layer];
+    out->v = values ? work.activations->v[layer] : std::vector<Bf16>();
     out->index_k = ctx.spec.indexer ? work.activations->index_k[layer] : std::vector<Bf16>();
     return;
   }
   out->k.resize(n * row);
-  out->v.resize(n * row);
+  out->v.resize(values ? n * row : 0);
   out->index_k.resize(ctx.spec.indexer ? n * kIndexHeadDim : 0);
   FillSyntheticTokens(SyntheticConfigOf(ctx.model), SyntheticShapeOf(ctx.spec, ctx.model), layer,
                       work.tokens, static_cast<int32_t>(work.first_position), out->k.data(),
-                      out->v.data(), ctx.spec.indexer ? out->index_k.data() : nullptr);
+                      values ? out->v.data() : nullptr,
+                      ctx.spec.indexer ? out->index_k.data() : nullptr);
 }
 
 void FillDecodeTokenInputs(const DecodeWork& work, const JobContext& ctx, int layer,
                            TokenInputs* out) {
-  const size_t row = static_cast<size_t>(ctx.spec.num_kv_heads) * ctx.spec.head_dim;
+  const size_t row = TokenRow(ctx.spec);
+  const bool values = !ctx.spec.mla();
   out->k.clear();
   out->v.clear();
   out->index_k.clear();
-  std::vector<Bf16> k(row), v(row), index_k(kIndexHeadDim);
+  std::vector<Bf16> k(row), v(values ? row : 0), index_k(kIndexHeadDim);
   for (const DecodeStepWork& s : work.steps) {
     if (s.activations.has_value()) {
       Append(s.activations->k[layer], &out->k);
-      Append(s.activations->v[layer], &out->v);
+      if (values) Append(s.activations->v[layer], &out->v);
       if (ctx.spec.indexer) Append(s.activations->index_k[layer], &out->index_k);
       continue;
     }
     const int32_t token = s.token;
     FillSyntheticTokens(SyntheticConfigOf(ctx.model), SyntheticShapeOf(ctx.spec, ctx.model), layer,
                         std::span<const int32_t>(&token, 1), static_cast<int32_t>(s.position),
-                        k.data(), v.data(), ctx.spec.indexer ? index_k.data() : nullptr);
+                        k.data(), values ? v.data() : nullptr,
+                        ctx.spec.indexer ? index_k.data() : nullptr);
     Append(k, &out->k);
     Append(v, &out->v);
     if (ctx.spec.indexer) Append(index_k, &out->index_k);
@@ -90,7 +98,7 @@ void FillDecodeQueryInputs(const DecodeWork& work, const JobContext& ctx, int la
                            QueryInputs* out) {
   const SyntheticConfig cfg = SyntheticConfigOf(ctx.model);
   const SyntheticShape shape = SyntheticShapeOf(ctx.spec, ctx.model);
-  const size_t q_row = static_cast<size_t>(ctx.model.num_q_heads) * ctx.spec.head_dim;
+  const size_t q_row = static_cast<size_t>(ctx.model.num_q_heads) * ctx.spec.InputDim();
   out->q.clear();
   out->index_q.clear();
   out->weights.clear();

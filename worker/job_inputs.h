@@ -9,13 +9,17 @@
 
 namespace kvp {
 
+// As TokenActivations: an MLA pool's k is [tokens, 576] (latent then RoPE) and v is empty.
 struct TokenInputs {
   std::vector<Bf16> k, v;     // [tokens, kv_heads, head_dim]
   std::vector<Bf16> index_k;  // [tokens, 128]; pools with an indexer
 };
 
+// Values of one token's k row: kv_heads · head_dim, or an MLA token's 576.
+size_t TokenRow(const PoolSpec& spec);
+
 struct QueryInputs {
-  std::vector<Bf16> q;         // [steps, q_heads, head_dim]
+  std::vector<Bf16> q;         // [steps, q_heads, head_dim]; MLA pools [steps, q_heads, 576]
   std::vector<Bf16> index_q;   // [steps, 64, 128]; pools with an indexer
   std::vector<float> weights;  // [steps, 64]
 };

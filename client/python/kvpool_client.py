@@ -4,6 +4,10 @@
     client = KvpoolClient("ipc:///run/kvpool/kvpoold.sock", name="my-engine")
     client.prefill(1, list(range(2048)))
     out = client.decode([(1, 42)], outputs="last")   # one step for sequence 1, token 42
+
+Client tensors instead of the synthetic model: prefill(..., activations={"latent": [...], "rope":
+[...], "indexK": [...]}) on an MLA pool ("k", "v", "indexK" on a KV pool), one flat tensor per
+layer; decode steps as dicts with "activations" and "queries".
     client.release(1)
 
 Every message is one Envelope framed as one ZeroMQ frame per Cap'n Proto segment (docs/design.md
@@ -71,6 +75,38 @@ def _tensor_values(tensor):
     fmt = {"float32": "f", "int32": "i", "int64": "q"}[str(tensor.dtype)]
     data = bytes(tensor.data)
     return list(struct.unpack("<%d%s" % (len(data) // struct.calcsize(fmt), fmt), data))
+
+
+# Values a token of each 2-D activation tensor carries ([tokens, n]); k and v are
+# [tokens, kv_heads, head_dim], from the pool's spec.
+_TOKEN_VALUES = {"latent": 512, "rope": 64, "indexK": 128}
+_MLA_QUERY_DIM = 576  # an MLA pool's absorbed query head: latent then RoPE
+
+
+def _bf16_bytes(values):
+    """bf16 of each float, rounded to nearest even (NaN stays NaN), little-endian."""
+    words = struct.unpack("<%dI" % len(values), struct.pack("<%df" % len(values), *values))
+    halves = []
+    for w in words:
+        if (w & 0x7F800000) == 0x7F800000 and (w & 0x7FFFFF):
+            halves.append((w >> 16) | 0x40)  # quiet NaN, sign kept
+        else:
+            halves.append(((w + 0x7FFF + ((w >> 16) & 1)) >> 16) & 0xFFFF)
+    return struct.pack("<%dH" % len(halves), *halves)
+
+
+def _set_tensor(tensor, dtype, shape, values):
+    """values: floats (rounded to bf16 for a bf16 tensor), or bytes already in the dtype."""
+    tensor.dtype = dtype
+    dims = tensor.init("shape", len(shape))
+    for i, d in enumerate(shape):
+        dims[i] = d
+    if isinstance(values, (bytes, bytearray, memoryview)):
+        tensor.data = bytes(values)
+    elif dtype == "bf16":
+        tensor.data = _bf16_bytes(values)
+    else:
+        tensor.data = struct.pack("<%df" % len(values), *values)
 
 
 def read_curve_key(path):
@@ -189,12 +225,59 @@ class KvpoolClient:
         _, s = self._call("stats")
         return s
 
-    def prefill(self, sequence, tokens, pool=-1, decode_pool=-1):
+    def _shapes(self):
+        """The pool's spec and model (from Health, asked once): what tensors must look like."""
+        if not hasattr(self, "_health"):
+            self._health = self.health()
+        return self._health["spec"], self._health["model"]
+
+    def _new_request(self, kind):
+        request_id = next(self._ids)
+        envelope = schema.Envelope.new_message(schemaVersion=schema.schemaVersion,
+                                               requestId=request_id)
+        return envelope, envelope.body.init(kind), request_id
+
+    def _set_activations(self, builder, activations, tokens):
+        """activations: {"latent"/"rope"/"indexK" (MLA pools), "k"/"v"/"indexK" (KV pools): one
+        tensor per layer}, each tensor a flat list of floats or bf16 bytes, token-major."""
+        spec, _ = self._shapes()
+        for name, layers in activations.items():
+            if name in ("k", "v"):
+                shape = [tokens, spec["numKvHeads"], spec["headDim"]]
+            elif name in _TOKEN_VALUES:
+                shape = [tokens, _TOKEN_VALUES[name]]
+            else:
+                raise ValueError("unknown activation tensor %r" % name)
+            tensors = builder.init(name, len(layers))
+            for tensor, values in zip(tensors, layers):
+                _set_tensor(tensor, "bf16", shape, values)
+
+    def _set_queries(self, builder, queries):
+        """queries: {"q": [q_heads, head_dim] (MLA pools: [q_heads, 576]), "indexQ": [64, 128],
+        "headWeights": [64] float32: one tensor per layer}, each flat, as for activations."""
+        spec, model = self._shapes()
+        dim = _MLA_QUERY_DIM if spec.get("kind") == "mla" else spec["headDim"]
+        shapes = {"q": ("bf16", [model["numQHeads"], dim]), "indexQ": ("bf16", [64, 128]),
+                  "headWeights": ("float32", [64])}
+        for name, layers in queries.items():
+            if name not in shapes:
+                raise ValueError("unknown query tensor %r" % name)
+            dtype, shape = shapes[name]
+            tensors = builder.init(name, len(layers))
+            for tensor, values in zip(tensors, layers):
+                _set_tensor(tensor, dtype, shape, values)
+
+    def prefill(self, sequence, tokens, pool=-1, decode_pool=-1, activations=None):
         """pool: where it runs (-1: kvpoold places it); decode_pool: where it is decoded, moved
         there before the reply (-1: where it was prefilled). The reply's "pool" says where it lives,
-        its "migration" how the move went."""
-        _, r = self._call("prefill", sequence=sequence, tokens=list(tokens),
-                          cacheNamespace=self._cache_namespace, pool=pool, decodePool=decode_pool)
+        its "migration" how the move went. activations (see _set_activations): the tokens' own
+        tensors; None: the synthetic model makes them from the token ids."""
+        envelope, body, request_id = self._new_request("prefill")
+        body.sequence, body.tokens = sequence, list(tokens)
+        body.cacheNamespace, body.pool, body.decodePool = self._cache_namespace, pool, decode_pool
+        if activations is not None:
+            self._set_activations(body.init("activations"), activations, len(tokens))
+        _, r = self._send_and_wait(envelope, request_id)
         return r
 
     def migrate(self, sequence, to_pool):
@@ -203,14 +286,19 @@ class KvpoolClient:
         return r
 
     def decode(self, steps, outputs="all"):
-        """steps: (sequence, token) or (sequence, token, needle_position, needle_token, gain)."""
-        request_id = next(self._ids)
-        envelope = schema.Envelope.new_message(schemaVersion=schema.schemaVersion,
-                                               requestId=request_id)
-        decode = envelope.body.init("decode")
+        """steps: (sequence, token), (sequence, token, needle_position, needle_token, gain), or
+        {"sequence", "token", "activations" (the new token's, as for prefill), "queries"}."""
+        envelope, decode, request_id = self._new_request("decode")
         decode.outputLayers = outputs
         wire_steps = decode.init("steps", len(steps))
         for wire_step, step in zip(wire_steps, steps):
+            if isinstance(step, dict):
+                wire_step.sequence, wire_step.token = step["sequence"], step["token"]
+                if step.get("activations") is not None:
+                    self._set_activations(wire_step.init("activations"), step["activations"], 1)
+                if step.get("queries") is not None:
+                    self._set_queries(wire_step.init("queries"), step["queries"])
+                continue
             wire_step.sequence, wire_step.token = step[0], step[1]
             if len(step) == 5:
                 needle = wire_step.init("needle")
@@ -239,6 +327,7 @@ def _to_python(body):
                 "length": o.length,
                 "out": [_tensor_values(t) for t in o.out],
                 "topk": [_tensor_values(t) for t in o.topk],
+                "lse": [_tensor_values(t) for t in o.lse],
             } for o in reply.outputs],
         }
     return reply.to_dict()

@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/cache_write/cache_write_launch.h"
+#include "kernels/cache_write/index_key_write.cuh"
 #include "kernels/capabilities.h"
 #include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/fast_divisor.h"
@@ -17,26 +18,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-// 16 bf16 values as they come from memory; unpacked once they are needed, so loads of a thread
-// can all be in flight together.
-struct Bf16x16 {
-  uint4 a, b;
-};
-
-__device__ __forceinline__ Bf16x16 LoadBf16x16(const Bf16* src) {
-  const uint4* s = reinterpret_cast<const uint4*>(src);
-  return {s[0], s[1]};
-}
-
-__device__ __forceinline__ void Unpack(const Bf16x16& raw, float* x) {
-  const uint32_t w[8] = {raw.a.x, raw.a.y, raw.a.z, raw.a.w, raw.b.x, raw.b.y, raw.b.z, raw.b.w};
-#pragma unroll
-  for (int i = 0; i < 8; ++i) {
-    x[2 * i] = __uint_as_float(w[i] << 16);
-    x[2 * i + 1] = __uint_as_float(w[i] & 0xFFFF0000u);
-  }
-}
-
 __device__ __forceinline__ void StoreBf16x16(const float* x, uint8_t* dst) {
   uint32_t w[8];
 #pragma unroll
@@ -46,58 +27,6 @@ __device__ __forceinline__ void StoreBf16x16(const float* x, uint8_t* dst) {
   uint4* d = reinterpret_cast<uint4*>(dst);
   d[0] = make_uint4(w[0], w[1], w[2], w[3]);
   d[1] = make_uint4(w[4], w[5], w[6], w[7]);
-}
-
-// E4m3FromFloat of 16 values: the converter on all of them, then, in the rare thread that has a
-// NaN (the only input that becomes 0x7F or 0xFF), the NaN's sign that the converter dropped.
-// kBf16Values: every value is a bf16 value (E4m3x2FromBf16Values).
-template <bool kBf16Values>
-__device__ __forceinline__ uint4 E4m3x16(const float* v) {
-  uint32_t w[4];
-  uint32_t nan_bytes = 0;
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    if constexpr (kBf16Values) {
-      w[i] = E4m3x2FromBf16Values(v[4 * i], v[4 * i + 1]) |
-             (E4m3x2FromBf16Values(v[4 * i + 2], v[4 * i + 3]) << 16);
-    } else {
-      w[i] = E4m3x2FromFloat(v[4 * i], v[4 * i + 1]) |
-             (E4m3x2FromFloat(v[4 * i + 2], v[4 * i + 3]) << 16);
-    }
-    // A byte whose low seven bits are all ones becomes 0x80 here, no other byte reaches it.
-    nan_bytes |= (w[i] & 0x7F7F7F7Fu) + 0x01010101u;
-  }
-  if (nan_bytes & 0x80808080u) {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) {
-      const int shift = 8 * (i % 4);
-      if (isnan(v[i])) {
-        w[i / 4] = (w[i / 4] & ~(0xFFu << shift)) | (uint32_t{E4m3FromFloat(v[i])} << shift);
-      }
-    }
-  }
-  return make_uint4(w[0], w[1], w[2], w[3]);
-}
-
-// 16 bf16 values as E4M3(x · multiplier) or E4M3(x / divisor): one of the two is 1.
-__device__ __forceinline__ void StoreE4m3x16(const float* x, float divisor, float multiplier,
-                                             uint8_t* dst) {
-  // x / 1 == x and x · 1 == x exactly, so skipping either keeps the reference's bytes (and the
-  // values bf16 values); NaN skips the arithmetic too, which would drop its sign. The choice is one
-  // per call, not per value.
-  if (divisor == 1.0f && multiplier == 1.0f) {
-    *reinterpret_cast<uint4*>(dst) = E4m3x16<true>(x);
-    return;
-  }
-  float v[16];
-  if (divisor != 1.0f) {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) v[i] = isnan(x[i]) ? x[i] : DivRn(x[i], divisor);
-  } else {
-#pragma unroll
-    for (int i = 0; i < 16; ++i) v[i] = isnan(x[i]) ? x[i] : MulRn(x[i], multiplier);
-  }
-  *reinterpret_cast<uint4*>(dst) = E4m3x16<false>(v);
 }
 
 // The sign flips that start the rotation, on one group's 16 values while they are still packed
@@ -343,49 +272,6 @@ __device__ __forceinline__ void WriteV(const LayerCache& c, KvItem<kGroups>& it,
   }
 }
 
-// Indexer keys: eight threads a token, one group of 16 elements each; the scale is the token's,
-// from the amax reduced across its threads. (Two groups a thread, half the CTAs, measured slower:
-// bench/NOTES.md, cache write.)
-constexpr int kIndexThreads = kIndexHeadDim / 16;
-
-__device__ __forceinline__ void WriteIndexKeys(const CacheWriteParams& p, uint32_t item) {
-  const LayerCache& c = p.cache;
-  const int64_t token = item / kIndexThreads;
-  const int group = static_cast<int>(item % kIndexThreads);
-  const bool live = token < p.num_tokens;
-  const int64_t slot = live ? p.slot_mapping[token] : -1;
-  // Kept as loaded (8 registers, not 16) while the amax is reduced, unpacked again to store: the
-  // whole kernel's registers are allocated together, and the fewer this path holds the better
-  // (one unpacking measured slower).
-  Bf16x16 raw = {};
-  if (live) raw = LoadBf16x16(p.index_k + token * kIndexHeadDim + group * 16);
-  float a = kIndexerMinAmax;
-  {
-    float x[16];
-    Unpack(raw, x);
-#pragma unroll
-    for (int i = 0; i < 16; ++i) a = MaxAbs(x[i], a);
-  }
-#pragma unroll
-  for (int lanes = 1; lanes < kIndexThreads; lanes *= 2) {
-    a = fmaxf(a, __shfl_xor_sync(0xFFFFFFFFu, a, lanes));
-  }
-  float s = DivRn(a, kE4m3Max);
-  if (c.index_codec.ue8m0) s = RoundUpToUe8m0(s);
-  if (slot < 0) return;
-  const SlotPlace at = PlaceOfSlot(c, slot);
-  uint8_t* dst = c.IndexValues(at.block, at.offset) + group * 16;
-  float x[16];
-  Unpack(raw, x);
-  // A UE8M0 scale is a power of two, so dividing by it is multiplying by its exact reciprocal.
-  if (c.index_codec.ue8m0) {
-    StoreE4m3x16(x, 1.0f, DivRn(1.0f, s), dst);
-  } else {
-    StoreE4m3x16(x, s, 1.0f, dst);
-  }
-  if (group == 0) *reinterpret_cast<float*>(c.IndexScale(at.block, at.offset)) = s;
-}
-
 // CTAs an SM (64 registers a thread).
 constexpr int kCtasPerSm = 4;
 
@@ -401,7 +287,8 @@ __global__ void __launch_bounds__(kThreads, kCtasPerSm)
   WaitForPredecessor();
   const LayerCache& c = p.cache;
   if (static_cast<int>(blockIdx.x) >= kv_blocks) {
-    WriteIndexKeys(p, (blockIdx.x - kv_blocks) * kThreads + threadIdx.x);
+    WriteIndexKeys(c, p.index_k, p.slot_mapping, p.num_tokens,
+                   (blockIdx.x - kv_blocks) * kThreads + threadIdx.x);
     return;
   }
 

@@ -14,6 +14,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/cache_write/index_key_write.cuh"
 #include "kernels/mla/mla_launch.h"
 #include "kvpool/format/mla_latent.h"
 
@@ -26,14 +27,21 @@ constexpr int kWarp = 32;
 
 constexpr int kWriteWarps = 8;
 
-__global__ void __launch_bounds__(kWriteWarps* kWarp) MlaCacheWriteKernel(MlaCacheWriteParams p) {
+// CTAs [0, latent_ctas) write latents, the rest the index keys (the cache write's own code).
+__global__ void __launch_bounds__(kWriteWarps* kWarp)
+    MlaCacheWriteKernel(MlaCacheWriteParams p, int latent_ctas) {
+  if (static_cast<int>(blockIdx.x) >= latent_ctas) {
+    WriteIndexKeys(p.cache, p.index_k, p.slots, p.num_tokens,
+                   (blockIdx.x - latent_ctas) * blockDim.x + threadIdx.x);
+    return;
+  }
   const int lane = threadIdx.x % kWarp;
   const int token = blockIdx.x * kWriteWarps + threadIdx.x / kWarp;
   if (token >= p.num_tokens) return;
   const int64_t slot = p.slots[token];
   if (slot < 0) return;
   uint8_t* out = p.cache.LatentOfSlot(slot);
-  const Bf16* latent = p.latent + int64_t{token} * kMlaLatentDim;
+  const Bf16* latent = p.latent + int64_t{token} * p.latent_stride;
   for (int t = 0; t < kMlaTiles; ++t) {
     float x[4];
     float amax = 0.0f;
@@ -52,10 +60,20 @@ __global__ void __launch_bounds__(kWriteWarps* kWarp) MlaCacheWriteKernel(MlaCac
     *reinterpret_cast<uint32_t*>(out + t * kMlaTile + lane * 4) = codes;
     if (lane == 0) *reinterpret_cast<float*>(out + kMlaScalesOffset + 4 * t) = s;
   }
-  const Bf16* rope = p.rope + int64_t{token} * kMlaRopeDim;
+  const Bf16* rope = p.rope + int64_t{token} * p.rope_stride;
   const uint32_t pair = uint32_t{Bf16FromFloat(Bf16ToFloat(rope[2 * lane])).bits} |
                         uint32_t{Bf16FromFloat(Bf16ToFloat(rope[2 * lane + 1])).bits} << 16;
   *reinterpret_cast<uint32_t*>(out + kMlaRopeOffset + 4 * lane) = pair;
+}
+
+// ---- Top-k positions to slots ----
+
+__global__ void SlotsOfPositionsKernel(SlotsOfPositionsParams p) {
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= int64_t{p.rows} * p.k) return;
+  const int32_t pos = p.positions[i];
+  const int32_t* table = p.block_tables + (i / p.k) * p.block_table_stride;
+  p.slots[i] = pos < 0 ? -1 : static_cast<int32_t>(SlotOfPosition(table, pos, p.block_size));
 }
 
 // ---- Sparse decode ----
@@ -156,8 +174,21 @@ __global__ void __launch_bounds__(kDecodeWarps* kWarp) SparseMlaDecodeKernel(Spa
 
 LaunchStatus MlaCacheWriteLaunch(const MlaCacheWriteParams& p, cudaStream_t stream) {
   if (p.num_tokens <= 0) return {};
-  const int ctas = (p.num_tokens + kWriteWarps - 1) / kWriteWarps;
-  MlaCacheWriteKernel<<<ctas, kWriteWarps * kWarp, 0, stream>>>(p);
+  constexpr int kThreads = kWriteWarps * kWarp;
+  const int latent_ctas = (p.num_tokens + kWriteWarps - 1) / kWriteWarps;
+  const int64_t index_ctas =
+      p.cache.has_indexer ? (int64_t{p.num_tokens} * kIndexThreads + kThreads - 1) / kThreads : 0;
+  MlaCacheWriteKernel<<<static_cast<unsigned>(latent_ctas + index_ctas), kThreads, 0, stream>>>(
+      p, latent_ctas);
+  return LastLaunchError();
+}
+
+LaunchStatus SlotsOfPositionsLaunch(const SlotsOfPositionsParams& p, cudaStream_t stream) {
+  const int64_t n = int64_t{p.rows} * p.k;
+  if (n <= 0) return {};
+  constexpr int kThreads = 256;
+  SlotsOfPositionsKernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0,
+                           stream>>>(p);
   return LastLaunchError();
 }
 

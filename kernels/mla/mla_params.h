@@ -15,19 +15,32 @@
 
 #include "kvpool/format/bf16.h"
 #include "kvpool/layout/layer_cache.h"
+#include "kvpool/model/model_limits.h"  // kDeepSeekV32SoftmaxScale
 
 namespace kvp {
 
-// DeepSeek-V3.2's softmax scale: 1/√192 (its query-key head before absorption) times YaRN's
-// mscale² = (0.1 · ln 40 + 1)², about 0.1352; a parameter here, never 1/√576.
-inline constexpr float kDeepSeekV32SoftmaxScale = 0.1352f;
-
 struct MlaCacheWriteParams {
   LayerCache cache;                // an MLA pool's layer
-  const Bf16* latent = nullptr;    // [num_tokens, 512]
-  const Bf16* rope = nullptr;      // [num_tokens, 64]
+  const Bf16* latent = nullptr;    // [num_tokens, 512], rows latent_stride apart
+  const Bf16* rope = nullptr;      // [num_tokens, 64], rows rope_stride apart
+  const Bf16* index_k = nullptr;   // [num_tokens, 128]; required iff cache.has_indexer
   const int64_t* slots = nullptr;  // [num_tokens]; physical slots, -1: skip (padding)
   int32_t num_tokens = 0;
+  // Elements between tokens: slices of one [tokens, 576] row (latent then RoPE) are 576 apart.
+  int32_t latent_stride = kMlaLatentDim;
+  int32_t rope_stride = kMlaRopeDim;
+};
+
+// Top-k positions to physical slots: what the indexer selects, through each sequence's blocks,
+// as sparse MLA decode takes it. -1 stays -1.
+struct SlotsOfPositionsParams {
+  const int32_t* positions = nullptr;     // [rows, k]; -1: none
+  const int32_t* block_tables = nullptr;  // [rows, block_table_stride]
+  int32_t block_table_stride = 0;
+  int32_t block_size = 0;
+  int32_t* slots = nullptr;               // [rows, k]
+  int32_t rows = 0;
+  int32_t k = 0;
 };
 
 struct SparseMlaDecodeParams {

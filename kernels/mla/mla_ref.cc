@@ -24,18 +24,45 @@ absl::Status CheckSlot(const LayerCache& cache, int64_t slot, const char* what, 
 
 absl::Status MlaCacheWriteRef(const MlaCacheWriteParams& p) {
   if (p.num_tokens < 0) return absl::InvalidArgumentError("a negative token count");
+  if (p.cache.has_indexer && p.num_tokens > 0 && p.index_k == nullptr) {
+    return absl::InvalidArgumentError("an MLA cache write into a layer with an indexer needs index_k");
+  }
   float token[kMlaInputDim];
   for (int32_t t = 0; t < p.num_tokens; ++t) {
     const int64_t slot = p.slots[t];
     if (absl::Status s = CheckSlot(p.cache, slot, "slots", t); !s.ok()) return s;
     if (slot < 0) continue;
     for (int i = 0; i < kMlaLatentDim; ++i) {
-      token[i] = Bf16ToFloat(p.latent[int64_t{t} * kMlaLatentDim + i]);
+      token[i] = Bf16ToFloat(p.latent[int64_t{t} * p.latent_stride + i]);
     }
     for (int i = 0; i < kMlaRopeDim; ++i) {
-      token[kMlaLatentDim + i] = Bf16ToFloat(p.rope[int64_t{t} * kMlaRopeDim + i]);
+      token[kMlaLatentDim + i] = Bf16ToFloat(p.rope[int64_t{t} * p.rope_stride + i]);
     }
     EncodeMlaToken(token, p.cache.LatentOfSlot(slot));
+    if (!p.cache.has_indexer) continue;
+    const int64_t block = slot / p.cache.block_size;
+    const int offset = static_cast<int>(slot % p.cache.block_size);
+    for (int i = 0; i < kIndexHeadDim; ++i) {
+      token[i] = Bf16ToFloat(p.index_k[int64_t{t} * kIndexHeadDim + i]);
+    }
+    EncodeHead(p.cache.index_codec, token, kIndexHeadDim, p.cache.IndexValues(block, offset),
+               p.cache.IndexScale(block, offset));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SlotsOfPositionsRef(const SlotsOfPositionsParams& p) {
+  for (int64_t row = 0; row < p.rows; ++row) {
+    const int32_t* table = p.block_tables + row * p.block_table_stride;
+    for (int64_t i = 0; i < p.k; ++i) {
+      const int32_t pos = p.positions[row * p.k + i];
+      if (pos >= int64_t{p.block_table_stride} * p.block_size) {
+        return absl::OutOfRangeError(absl::StrCat("position ", pos, " of row ", row,
+                                                  " is past its block table"));
+      }
+      p.slots[row * p.k + i] =
+          pos < 0 ? -1 : static_cast<int32_t>(SlotOfPosition(table, pos, p.block_size));
+    }
   }
   return absl::OkStatus();
 }

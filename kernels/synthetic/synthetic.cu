@@ -8,7 +8,8 @@ constexpr int kThreads = 256;
 
 __global__ void __launch_bounds__(kThreads) SyntheticTokensKernel(SyntheticTokensParams p) {
   const int64_t row = int64_t{p.num_kv_heads} * p.head_dim;
-  const int64_t per_token = 2 * row + (p.index_k != nullptr ? kIndexHeadDim : 0);
+  const int64_t kv_rows = p.v != nullptr ? 2 * row : row;  // no V: MLA pools
+  const int64_t per_token = kv_rows + (p.index_k != nullptr ? kIndexHeadDim : 0);
   const int64_t total = p.num_tokens * per_token;
   for (int64_t i = int64_t{blockIdx.x} * kThreads + threadIdx.x; i < total;
        i += int64_t{gridDim.x} * kThreads) {
@@ -17,7 +18,7 @@ __global__ void __launch_bounds__(kThreads) SyntheticTokensKernel(SyntheticToken
     const int32_t token = p.tokens[t];
     const uint32_t pos =
         static_cast<uint32_t>(p.positions != nullptr ? p.positions[t] : p.first_position + t);
-    if (r < 2 * row) {
+    if (r < kv_rows) {
       const bool is_value = r >= row;
       if (is_value) r -= row;
       const uint32_t head = static_cast<uint32_t>(r / p.head_dim);
@@ -27,7 +28,7 @@ __global__ void __launch_bounds__(kThreads) SyntheticTokensKernel(SyntheticToken
                               p.layer, token, pos, head, p.head_dim, e);
       (is_value ? p.v : p.k)[t * row + r] = x;
     } else {
-      const uint32_t e = static_cast<uint32_t>(r - 2 * row);
+      const uint32_t e = static_cast<uint32_t>(r - kv_rows);
       p.index_k[t * kIndexHeadDim + e] = SyntheticTokenValue(
           p.config, SyntheticStream::kIndexKey, p.layer, token, pos, 0, kIndexHeadDim, e);
     }

@@ -18,6 +18,7 @@ void FillSyntheticTokens(const SyntheticConfig& cfg, const SyntheticShape& shape
       for (uint32_t e = 0; e < d; ++e) {
         k[row + e] =
             SyntheticTokenValue(cfg, SyntheticStream::kKey, layer, tokens[t], pos, h, d, e);
+        if (v == nullptr) continue;
         v[row + e] =
             SyntheticTokenValue(cfg, SyntheticStream::kValue, layer, tokens[t], pos, h, d, e);
       }

@@ -23,9 +23,9 @@ struct SyntheticNeedle {
   float gain = 1.0f;
 };
 
-// K and V [tokens.size(), num_kv_heads, head_dim] and, when index_k is not null, index K
-// [tokens.size(), 128] of layer `layer` for tokens at positions first_position, first_position+1,
-// ...
+// K and V [tokens.size(), num_kv_heads, head_dim] (no V when v is null: an MLA pool's token is
+// its K row of 576, latent then RoPE) and, when index_k is not null, index K [tokens.size(), 128]
+// of layer `layer` for tokens at positions first_position, first_position+1, ...
 void FillSyntheticTokens(const SyntheticConfig& cfg, const SyntheticShape& shape, int layer,
                          std::span<const int32_t> tokens, int32_t first_position, Bf16* k, Bf16* v,
                          Bf16* index_k);

@@ -19,7 +19,7 @@ struct SyntheticTokensParams {
   int64_t num_tokens = 0;
   int32_t first_position = 0;  // position of tokens[0] (unless `positions` is given)
   Bf16* k = nullptr;           // [num_tokens, num_kv_heads, head_dim]
-  Bf16* v = nullptr;           // [num_tokens, num_kv_heads, head_dim]
+  Bf16* v = nullptr;           // [num_tokens, num_kv_heads, head_dim]; null = none (MLA)
   Bf16* index_k = nullptr;     // [num_tokens, 128]; null = none
   const int32_t* positions = nullptr;  // each token's own position [num_tokens]; null = none
 };

@@ -9,7 +9,9 @@ SyntheticConfig SyntheticConfigOf(const ModelConfig& model) {
 }
 
 SyntheticShape SyntheticShapeOf(const PoolSpec& spec, const ModelConfig& model) {
-  return SyntheticShape{spec.num_kv_heads, model.num_q_heads, spec.head_dim};
+  // An MLA pool's token is one "kv head" of 576 values (its latent then RoPE part), and so is
+  // each absorbed query head.
+  return SyntheticShape{spec.num_kv_heads, model.num_q_heads, spec.InputDim()};
 }
 
 uint64_t SyntheticStepSeed(const SyntheticConfig& cfg, int32_t token, int64_t position) {

@@ -10,7 +10,7 @@ namespace kvp {
 namespace {
 
 constexpr uint32_t kMagic = 0x4B56504Cu;  // "KVPL"
-constexpr uint32_t kVersion = 2;  // 2: arena_id after the epoch
+constexpr uint32_t kVersion = 3;  // 2: arena_id after the epoch; 3: the pool kind at the end
 
 class Writer {
  public:
@@ -74,6 +74,7 @@ std::string EncodeArenaDescription(const ArenaDescription& d) {
   for (float f : s.k_scales) w.Put(f);
   w.Put(static_cast<uint32_t>(s.v_scales.size()));
   for (float f : s.v_scales) w.Put(f);
+  w.Put(static_cast<uint8_t>(s.kind));
   return w.Take();
 }
 
@@ -142,6 +143,14 @@ absl::StatusOr<ArenaDescription> DecodeArenaDescription(absl::Span<const uint8_t
   s.v_scales.resize(n_v);
   for (float& f : s.v_scales) {
     if (!r.Get(&f)) return truncated();
+  }
+  if (version >= 3) {
+    uint8_t pool_kind;
+    if (!r.Get(&pool_kind)) return truncated();
+    if (pool_kind >= kNumPoolKinds) {
+      return absl::InvalidArgumentError(absl::StrCat("unknown pool kind ", pool_kind));
+    }
+    s.kind = static_cast<PoolKind>(pool_kind);
   }
   if (!r.done()) return absl::InvalidArgumentError("arena description has trailing bytes");
   RETURN_IF_ERROR(ValidatePoolSpec(s));

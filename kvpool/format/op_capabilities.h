@@ -30,6 +30,7 @@ inline constexpr unsigned kAllHeadDims = 0b111;
 struct OpCapabilities {
   FormatSet k_formats, v_formats;
   unsigned head_dims = 0;  // bit i: kHeadDims[i]
+  bool mla = false;        // MLA pools (their latent has one format and shape)
 
   constexpr bool HasHeadDim(int d) const {
     for (int i = 0; i < 3; ++i) {
@@ -41,7 +42,8 @@ struct OpCapabilities {
     return k_formats.Has(k) && v_formats.Has(v) && HasHeadDim(head_dim);
   }
   constexpr OpCapabilities And(const OpCapabilities& o) const {
-    return {k_formats.And(o.k_formats), v_formats.And(o.v_formats), head_dims & o.head_dims};
+    return {k_formats.And(o.k_formats), v_formats.And(o.v_formats), head_dims & o.head_dims,
+            mla && o.mla};
   }
 };
 

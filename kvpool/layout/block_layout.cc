@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "base/status_macros.h"
+#include "kvpool/format/mla_latent.h"
 #include "kvpool/format/rotation.h"
 
 namespace kvp {
@@ -31,6 +32,16 @@ absl::StatusOr<BlockLayout> BlockLayout::Create(const PoolSpec& spec) {
     return offset;
   };
   for (SectionOffsets& s : sections) {
+    if (spec.mla()) {
+      // The latent, then the indexer's sections; no K or V (sections of size 0 at the cursor).
+      s.latent = place(int64_t{spec.block_size} * kMlaTokenBytes);
+      s.k = s.v_data = s.v_scale = place(0);
+      s.index_values = place(index_rows * idx.DataBytes(kIndexHeadDim));
+      s.index_scales = place(index_rows * idx.ScaleBytes(kIndexHeadDim));
+      s.end = cursor;
+      continue;
+    }
+    s.latent = place(0);
     s.k = place(token_heads * k.DataBytes(spec.head_dim));
     s.v_data = place(token_heads * v.DataBytes(spec.head_dim));
     s.v_scale = place(token_heads * v.ScaleBytes(spec.head_dim));
@@ -53,16 +64,21 @@ LayerCache BlockLayout::Layer(uint8_t* base, int64_t num_blocks, int layer) cons
   c.block_size = spec_.block_size;
   c.num_kv_heads = spec_.num_kv_heads;
   c.head_dim = spec_.head_dim;
-  c.k_head_bytes = static_cast<int32_t>(TraitsOf(spec_.k_format).DataBytes(spec_.head_dim));
-  c.v_data_head_bytes = static_cast<int32_t>(TraitsOf(spec_.v_format).DataBytes(spec_.head_dim));
-  c.v_scale_head_bytes = static_cast<int32_t>(TraitsOf(spec_.v_format).ScaleBytes(spec_.head_dim));
   c.has_indexer = spec_.indexer;
-  c.k_codec.format = spec_.k_format;
-  c.k_codec.scale = spec_.KScale(layer);
-  c.v_codec.format = spec_.v_format;
-  c.v_codec.scale = spec_.VScale(layer);
-  c.v_codec.rotate = spec_.v_rotation;
-  c.v_codec.signs = MakeRotationSigns(spec_.head_dim);
+  // An MLA layer's K/V sections are empty and its codecs unused: nothing addresses them.
+  if (!spec_.mla()) {
+    c.k_head_bytes = static_cast<int32_t>(TraitsOf(spec_.k_format).DataBytes(spec_.head_dim));
+    c.v_data_head_bytes =
+        static_cast<int32_t>(TraitsOf(spec_.v_format).DataBytes(spec_.head_dim));
+    c.v_scale_head_bytes =
+        static_cast<int32_t>(TraitsOf(spec_.v_format).ScaleBytes(spec_.head_dim));
+    c.k_codec.format = spec_.k_format;
+    c.k_codec.scale = spec_.KScale(layer);
+    c.v_codec.format = spec_.v_format;
+    c.v_codec.scale = spec_.VScale(layer);
+    c.v_codec.rotate = spec_.v_rotation;
+    c.v_codec.signs = MakeRotationSigns(spec_.head_dim);
+  }
   c.index_codec.format = KvFormat::kIndexer;
   c.index_codec.ue8m0 = spec_.indexer_ue8m0;
   return c;

@@ -2,8 +2,8 @@
 // (docs/design.md §4). A block is contiguous across all layers, so moving a block is one copy.
 //
 // Invariants, checked by Create and the tests:
-//   1. sections follow each other in order K, V data, V scale, IDX values, IDX scales, layer by
-//      layer, and never overlap;
+//   1. sections follow each other in order latent (MLA pools), K, V data, V scale (KV pools), IDX
+//      values, IDX scales, layer by layer, and never overlap;
 //   2. every section starts 16-byte aligned;
 //   3. block_stride is the end of the last layer rounded up to 256 bytes.
 // Immutable once made; safe to share between threads.

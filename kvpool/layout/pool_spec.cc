@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kvpool/format/kv_format_names.h"
+#include "kvpool/format/mla_latent.h"
 
 namespace kvp {
 namespace {
@@ -25,7 +26,34 @@ absl::Status ValidateScales(const std::vector<float>& scales, int num_layers, co
 
 }  // namespace
 
+int PoolSpec::InputDim() const { return mla() ? kMlaInputDim : head_dim; }
+
+PoolSpec MlaPoolSpec(int num_layers, int block_size, bool indexer_ue8m0) {
+  PoolSpec spec;
+  spec.kind = PoolKind::kMla;
+  spec.num_layers = num_layers;
+  spec.num_kv_heads = 1;
+  spec.head_dim = kMlaLatentDim;
+  spec.block_size = block_size;
+  spec.indexer = true;
+  spec.indexer_ue8m0 = indexer_ue8m0;
+  return spec;
+}
+
+const char* PoolKindName(PoolKind kind) { return kind == PoolKind::kMla ? "mla" : "kv"; }
+
+absl::StatusOr<PoolKind> ParsePoolKind(std::string_view name) {
+  if (name == "kv") return PoolKind::kKv;
+  if (name == "mla") return PoolKind::kMla;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown pool kind '", std::string(name), "'; use kv or mla"));
+}
+
 std::string PoolSpec::DebugString() const {
+  if (mla()) {
+    return absl::StrCat("kind=mla layers=", num_layers, " block=", block_size,
+                        " latent=fp8_ds_mla indexer=", indexer, " ue8m0=", indexer_ue8m0);
+  }
   return absl::StrCat("layers=", num_layers, " kv_heads=", num_kv_heads, " head_dim=", head_dim,
                       " block=", block_size, " k=", KvFormatName(k_format),
                       " v=", KvFormatName(v_format), " v_rotation=", v_rotation,
@@ -37,6 +65,24 @@ absl::Status ValidatePoolSpec(const PoolSpec& spec) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_layers = ", spec.num_layers, "; must be in [1, 1024]"));
   }
+  if (spec.block_size != 16 && spec.block_size != 32 && spec.block_size != 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block_size = ", spec.block_size, "; must be 16, 32 or 64"));
+  }
+  if (spec.mla()) {
+    // Everything but the layers, the block size and the indexer's scales is fixed by the format.
+    if (spec != MlaPoolSpec(spec.num_layers, spec.block_size, spec.indexer_ue8m0)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "an MLA pool has one latent head of ", kMlaLatentDim, " values, an indexer, default K/V "
+          "fields and no per-layer scales; got ", spec.DebugString(), " kv_heads=",
+          spec.num_kv_heads, " head_dim=", spec.head_dim));
+    }
+    return absl::OkStatus();
+  }
+  if (spec.kind != PoolKind::kKv) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unknown pool kind ", static_cast<int>(spec.kind)));
+  }
   if (spec.num_kv_heads < 1 || spec.num_kv_heads > 256) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_kv_heads = ", spec.num_kv_heads, "; must be in [1, 256]"));
@@ -44,10 +90,6 @@ absl::Status ValidatePoolSpec(const PoolSpec& spec) {
   if (!IsSupportedHeadDim(spec.head_dim)) {
     return absl::InvalidArgumentError(
         absl::StrCat("head_dim = ", spec.head_dim, "; must be 64, 128 or 256"));
-  }
-  if (spec.block_size != 16 && spec.block_size != 32 && spec.block_size != 64) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("block_size = ", spec.block_size, "; must be 16, 32 or 64"));
   }
   if (!TraitsOf(spec.k_format).k_capable) {
     return absl::UnimplementedError(absl::StrCat("k_format ", KvFormatName(spec.k_format),

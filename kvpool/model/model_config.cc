@@ -8,11 +8,24 @@
 namespace kvp {
 
 absl::Status ValidateModelConfig(const ModelConfig& model, const PoolSpec& spec) {
-  if (model.num_q_heads <= 0 || model.num_q_heads % spec.num_kv_heads != 0 ||
-      model.num_q_heads / spec.num_kv_heads > kMaxQHeadsPerKvHead) {
+  if (spec.mla() && (model.num_q_heads <= 0 || model.num_q_heads % 16 != 0 ||
+                     model.num_q_heads > kMaxMlaQHeads)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "q heads ", model.num_q_heads, " must be a multiple of 16 up to ", kMaxMlaQHeads,
+        " for an MLA pool"));
+  }
+  if (spec.mla() && model.sparse_v_threshold != 0.0f) {
+    return absl::InvalidArgumentError("sparse-V is for KV pools; an MLA pool's threshold is 0");
+  }
+  if (!spec.mla() && (model.num_q_heads <= 0 || model.num_q_heads % spec.num_kv_heads != 0 ||
+                      model.num_q_heads / spec.num_kv_heads > kMaxQHeadsPerKvHead)) {
     return absl::InvalidArgumentError(absl::StrCat("q heads ", model.num_q_heads,
                                                    " must be 1 to 16 times the ", spec.num_kv_heads,
                                                    " kv heads"));
+  }
+  if (!std::isfinite(model.softmax_scale) || model.softmax_scale < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the softmax scale ", model.softmax_scale,
+                                                   " is not 0 (the default) or finite and > 0"));
   }
   if (model.topk < 1 || model.topk > kMaxTopk) {
     return absl::InvalidArgumentError(
@@ -39,6 +52,11 @@ absl::Status ValidateModelConfig(const ModelConfig& model, const PoolSpec& spec)
         "the sparse-V threshold ", model.sparse_v_threshold, " is not a finite value >= 0"));
   }
   return absl::OkStatus();
+}
+
+float SoftmaxScaleOf(const ModelConfig& model, const PoolSpec& spec) {
+  if (model.softmax_scale > 0) return model.softmax_scale;
+  return spec.mla() ? kDeepSeekV32SoftmaxScale : 1.0f / std::sqrt(static_cast<float>(spec.head_dim));
 }
 
 }  // namespace kvp

@@ -132,6 +132,86 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
 
 
+class MlaPoolTest(unittest.TestCase):
+    """An MLA pool (kvpoold --pool_kind=mla) prefilled and decoded with the client's own tensors."""
+
+    LAYERS, TOKENS, HEADS = 2, 40, 16
+
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="kvpool-py-mla-")
+        common = ["--runtime_dir=" + cls.dir]
+        cls.procs = [subprocess.Popen([KVPOOLD, "--backend=host", "--pool_kind=mla",
+                                       "--arena_mib=64", "--layers=%d" % cls.LAYERS,
+                                       "--q_heads=%d" % cls.HEADS, "--topk=64",
+                                       "--metrics_port=-1"] + common)]
+        for role in ("prefill", "decode"):
+            cls.procs.append(subprocess.Popen([WORKER, "--role=" + role, "--backend=host"]
+                                              + common))
+        cls.client = kvpool_client.KvpoolClient("ipc://%s/kvpoold.sock" % cls.dir, name="py-mla",
+                                                timeout_ms=20000)
+        deadline = time.time() + 20
+        while cls.client.health()["workers"] < 2:
+            if time.time() > deadline:
+                raise RuntimeError("workers did not register")
+            time.sleep(0.05)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.client.close()
+        for p in cls.procs:
+            p.send_signal(signal.SIGTERM)
+        for p in cls.procs:
+            p.wait(timeout=30)
+        shutil.rmtree(cls.dir, ignore_errors=True)
+
+    def test_a_query_that_points_at_one_token_reads_its_latent(self):
+        import random
+        rng = random.Random(7)
+        n = self.TOKENS
+        latent = [[rng.gauss(0, 1) for _ in range(n * 512)] for _ in range(self.LAYERS)]
+        rope = [[rng.gauss(0, 1) for _ in range(n * 64)] for _ in range(self.LAYERS)]
+        index_k = [[rng.gauss(0, 1) for _ in range(n * 128)] for _ in range(self.LAYERS)]
+        spec = self.client.health()["spec"]
+        self.assertEqual(spec["kind"], "mla")
+        self.assertEqual(spec["headDim"], 512)
+        reply = self.client.prefill(7, [rng.randrange(32000) for _ in range(n)],
+                                    activations={"latent": latent, "rope": rope, "indexK": index_k})
+        self.assertEqual(reply["length"], n)
+        # Every head's absorbed query is token 12's own latent and RoPE values: its score stands
+        # so far above the others' that the output is token 12's latent as the cache holds it.
+        target = 12
+        q = [(latent[l][target * 512:(target + 1) * 512] + rope[l][target * 64:(target + 1) * 64])
+             * self.HEADS for l in range(self.LAYERS)]
+        step = {"sequence": 7, "token": 1,
+                "activations": {"latent": [[0.5] * 512] * self.LAYERS,
+                                "rope": [[0.5] * 64] * self.LAYERS,
+                                "indexK": [[0.0] * 128] * self.LAYERS},
+                "queries": {"q": q, "indexQ": [[0.0] * 64 * 128] * self.LAYERS,
+                            "headWeights": [[1.0] * 64] * self.LAYERS}}
+        out = self.client.decode([step])["outputs"][0]
+        self.assertEqual(out["length"], n + 1)
+        self.assertEqual(len(out["out"]), self.LAYERS)
+        self.assertEqual(len(out["lse"]), self.LAYERS)
+        for l in range(self.LAYERS):
+            self.assertEqual(len(out["out"][l]), self.HEADS * 512)
+            self.assertEqual(len(out["lse"][l]), self.HEADS)
+            self.assertEqual(sorted(p for p in out["topk"][l] if p >= 0), list(range(n + 1)))
+            want = latent[l][target * 512:(target + 1) * 512]
+            for h in range(self.HEADS):
+                got = out["out"][l][h * 512:(h + 1) * 512]
+                err = sum((a - b) ** 2 for a, b in zip(got, want)) ** 0.5
+                norm = sum(b * b for b in want) ** 0.5
+                self.assertLess(err / norm, 0.05)  # E4M3 codes and a bf16 output
+
+    def test_tensors_of_the_wrong_shape_are_refused(self):
+        with self.assertRaises(kvpool_client.KvpoolError) as e:
+            self.client.prefill(8, [1, 2, 3], activations={"latent": [[0.0] * 3 * 512] * 2,
+                                                           "rope": [[0.0] * 3 * 64] * 2})
+        self.assertEqual(e.exception.code, "INVALID_ARGUMENT")  # no index keys
+        with self.assertRaises(kvpool_client.KvpoolError) as e:
+            self.client.prefill(8, [1, 2, 3], activations={"k": [[0.0] * 3 * 512] * 2})
+        self.assertEqual(e.exception.code, "INVALID_ARGUMENT")  # K/V: not an MLA pool's tensors
 
 
 class DeadDaemonTest(unittest.TestCase):

@@ -26,10 +26,21 @@ double RelativeL2(const std::vector<float>& got, const std::vector<float>& want)
   return std::sqrt(err / ref);
 }
 
-TEST(ServiceGpuTest, CudaBackendAgreesWithTheHostReference) {
+// Run on both pool kinds: the default KV pool, and an MLA pool of 128 query heads (DeepSeek-V3.2's).
+class ServiceGpuFlowTest : public ::testing::TestWithParam<bool> {};
+
+INSTANTIATE_TEST_SUITE_P(PoolKinds, ServiceGpuFlowTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& kind) {
+                           return kind.param ? "Mla" : "Kv";
+                         });
+
+TEST_P(ServiceGpuFlowTest, CudaBackendAgreesWithTheHostReference) {
   ServiceOptions options;
   options.backend = "cuda";
   options.daemon_flags = {"--arena_mib=1024", "--gpu=0"};
+  if (GetParam()) {
+    options.daemon_flags.insert(options.daemon_flags.end(), {"--pool_kind=mla", "--q_heads=128"});
+  }
   absl::StatusOr<std::unique_ptr<ServiceProcesses>> service = ServiceProcesses::Start(options);
   ASSERT_TRUE(service.ok()) << service.status();
   Client client((*service)->client_options("gpu-flow"));
@@ -65,6 +76,10 @@ TEST(ServiceGpuTest, CudaBackendAgreesWithTheHostReference) {
         if (got.topk[l] != want.topk[l]) continue;  // a near-tie chose another position
         EXPECT_LT(RelativeL2(got.out[l], want.out[l]), 5e-3)
             << "step " << step << " sequence " << i << " layer " << l;
+        ASSERT_EQ(got.lse.size(), want.lse.size());
+        if (!want.lse.empty()) {
+          EXPECT_LT(RelativeL2(got.lse[l], want.lse[l]), 1e-4) << "step " << step;
+        }
         ++compared;
       }
     }

@@ -54,8 +54,22 @@ std::vector<int32_t> Tokens(int n, int32_t first) {
   return t;
 }
 
-TEST(ServiceTest, OutputsEqualAnInProcessReferenceRun) {
-  auto service = StartOrDie();
+// The pool kinds the flow tests run on: the default KV pool, and an MLA pool (DeepSeek's latent,
+// 16 query heads: the fewest sparse MLA decode takes).
+const std::vector<std::string> kMlaFlags = {"--pool_kind=mla", "--q_heads=16"};
+
+class ServiceFlowTest : public ::testing::TestWithParam<bool> {
+ protected:
+  ServiceOptions Options() const { return GetParam() ? WithFlags(kMlaFlags) : ServiceOptions(); }
+};
+
+INSTANTIATE_TEST_SUITE_P(PoolKinds, ServiceFlowTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& kind) {
+                           return kind.param ? "Mla" : "Kv";
+                         });
+
+TEST_P(ServiceFlowTest, OutputsEqualAnInProcessReferenceRun) {
+  auto service = StartOrDie(Options());
   ASSERT_NE(service, nullptr);
   Client client(service->client_options("flow"));
   WorkloadConfig config;
@@ -86,6 +100,8 @@ TEST(ServiceTest, OutputsEqualAnInProcessReferenceRun) {
       EXPECT_EQ(got.sequence, want.sequence);
       EXPECT_EQ(got.length, want.length);
       EXPECT_EQ(got.topk, want.topk) << "step " << step << " sequence " << i;
+      EXPECT_EQ(got.lse, want.lse) << "step " << step << " sequence " << i;
+      EXPECT_EQ(got.lse.size(), GetParam() ? got.out.size() : 0u);
       ASSERT_EQ(got.out.size(), want.out.size());
       for (size_t l = 0; l < got.out.size(); ++l) {
         ASSERT_EQ(got.out[l].size(), want.out[l].size());
@@ -147,20 +163,21 @@ TokenActivations SyntheticActivations(const PoolHealth& h, std::span<const int32
                                       int32_t first) {
   const SyntheticConfig cfg = SyntheticConfigOf(h.model);
   const SyntheticShape shape = SyntheticShapeOf(h.spec, h.model);
-  const size_t row = size_t(h.spec.num_kv_heads) * h.spec.head_dim;
+  const size_t row = size_t(h.spec.num_kv_heads) * h.spec.InputDim();
+  const bool values = !h.spec.mla();  // an MLA pool's tokens are [tokens, 576]: no V
   TokenActivations a;
   for (int l = 0; l < h.spec.num_layers; ++l) {
     a.k.emplace_back(tokens.size() * row);
-    a.v.emplace_back(tokens.size() * row);
+    if (values) a.v.emplace_back(tokens.size() * row);
     a.index_k.emplace_back(tokens.size() * 128);
-    FillSyntheticTokens(cfg, shape, l, tokens, first, a.k.back().data(), a.v.back().data(),
-                        a.index_k.back().data());
+    FillSyntheticTokens(cfg, shape, l, tokens, first, a.k.back().data(),
+                        values ? a.v.back().data() : nullptr, a.index_k.back().data());
   }
   return a;
 }
 
-TEST(ServiceTest, ActivationTensorsFromTheClientMatchTheSyntheticModel) {
-  auto service = StartOrDie();
+TEST_P(ServiceFlowTest, ActivationTensorsFromTheClientMatchTheSyntheticModel) {
+  auto service = StartOrDie(Options());
   ASSERT_NE(service, nullptr);
   Client client(service->client_options("tensors"));
   absl::StatusOr<PoolHealth> h = client.Health();
@@ -182,7 +199,7 @@ TEST(ServiceTest, ActivationTensorsFromTheClientMatchTheSyntheticModel) {
   StepQueries queries;
   for (int l = 0; l < h->spec.num_layers; ++l) {
     const uint64_t seed = SyntheticStepSeed(cfg, token, 100);
-    queries.q.emplace_back(size_t(h->model.num_q_heads) * h->spec.head_dim);
+    queries.q.emplace_back(size_t(h->model.num_q_heads) * h->spec.InputDim());
     queries.index_q.emplace_back(64 * 128);
     queries.head_weights.emplace_back(64);
     FillSyntheticQuery(cfg, shape, l, seed, &needle, queries.q.back().data());
@@ -199,7 +216,19 @@ TEST(ServiceTest, ActivationTensorsFromTheClientMatchTheSyntheticModel) {
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(a->steps[0].out, b->steps[0].out);
   EXPECT_EQ(a->steps[0].topk, b->steps[0].topk);
+  EXPECT_EQ(a->steps[0].lse, b->steps[0].lse);
   EXPECT_NE(std::count(a->steps[0].topk[0].begin(), a->steps[0].topk[0].end(), 40), 0);
+
+  // Tensors of the other pool kind (encoded for its spec) are refused, naming what is wrong.
+  PoolSpec other = h->spec.mla() ? PoolSpec() : MlaPoolSpec(h->spec.num_layers, 64, true);
+  other.num_layers = h->spec.num_layers;
+  PoolHealth other_health = *h;
+  other_health.spec = other;
+  const std::vector<int32_t> few = Tokens(10, 20000);
+  const TokenActivations wrong = SyntheticActivations(other_health, few, 0);
+  absl::StatusOr<PrefillResult> refused = client.Prefill(3, few, &wrong, &other);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << refused.status();
+  EXPECT_THAT(refused.status().message(), HasSubstr("k: "));
 }
 
 TEST(ServiceTest, EngineAppendCommitAndAbort) {

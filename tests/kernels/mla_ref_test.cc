@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "gtest/gtest.h"
 #include "kvpool/format/mla_latent.h"
+#include "kvpool/layout/block_layout.h"
 #include "tests/testing/mla_layer.h"
 
 namespace kvp {
@@ -85,6 +86,51 @@ TEST(MlaCacheWriteRefTest, WritesEachTokensBytesAtItsSlot) {
   w.slots = bad.data();
   w.num_tokens = 1;
   EXPECT_EQ(MlaCacheWriteRef(w).code(), absl::StatusCode::kOutOfRange);
+}
+
+TEST(MlaCacheWriteRefTest, ReadsRowsOfOneTokenTensorAndWritesIndexKeys) {
+  std::mt19937 rng(2);
+  const BlockLayout layout = BlockLayout::Create(MlaPoolSpec(2, 16, true)).value();
+  std::vector<uint8_t> arena(3 * layout.block_stride(), 0xFF);
+  const LayerCache cache = layout.Layer(arena.data(), 3, 1);
+  const std::vector<int64_t> slots = {5, 16, 47};
+  // [tokens, 576] rows: the latent and RoPE parts are slices 576 apart.
+  const std::vector<Bf16> rows = RandomBf16(rng, slots.size() * 576, 2.0f);
+  const std::vector<Bf16> index_k = RandomBf16(rng, slots.size() * 128, 1.0f);
+  MlaCacheWriteParams w{.cache = cache, .latent = rows.data(), .rope = rows.data() + 512,
+                        .index_k = index_k.data(), .slots = slots.data(), .num_tokens = 3,
+                        .latent_stride = 576, .rope_stride = 576};
+  ASSERT_TRUE(MlaCacheWriteRef(w).ok());
+  for (size_t t = 0; t < slots.size(); ++t) {
+    float token[576], key[128];
+    for (int i = 0; i < 576; ++i) token[i] = Bf16ToFloat(rows[t * 576 + i]);
+    for (int i = 0; i < 128; ++i) key[i] = Bf16ToFloat(index_k[t * 128 + i]);
+    uint8_t want[656], want_index[128], want_scale[4];
+    EncodeMlaToken(token, want);
+    EncodeHead(cache.index_codec, key, 128, want_index, want_scale);
+    const int64_t b = slots[t] / 16;
+    const int o = static_cast<int>(slots[t] % 16);
+    EXPECT_EQ(std::memcmp(cache.Latent(b, o), want, 656), 0) << slots[t];
+    EXPECT_EQ(std::memcmp(cache.IndexValues(b, o), want_index, 128), 0) << slots[t];
+    EXPECT_EQ(std::memcmp(cache.IndexScale(b, o), want_scale, 4), 0) << slots[t];
+  }
+  w.index_k = nullptr;
+  EXPECT_EQ(MlaCacheWriteRef(w).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SlotsOfPositionsRefTest, PositionsGoThroughEachRowsBlocks) {
+  const std::vector<int32_t> tables = {7, 2, 0,   // row 0: blocks 7, 2
+                                       4, 9, 1};  // row 1: blocks 4, 9, 1
+  const std::vector<int32_t> positions = {0, 17, -1, 40, 16, -1};
+  std::vector<int32_t> slots(6);
+  SlotsOfPositionsParams p{.positions = positions.data(), .block_tables = tables.data(),
+                           .block_table_stride = 3, .block_size = 16, .slots = slots.data(),
+                           .rows = 2, .k = 3};
+  ASSERT_TRUE(SlotsOfPositionsRef(p).ok());
+  EXPECT_EQ(slots, (std::vector<int32_t>{7 * 16, 2 * 16 + 1, -1, 1 * 16 + 8, 9 * 16, -1}));
+  const std::vector<int32_t> past = {48, 0, 0, 0, 0, 0};
+  p.positions = past.data();
+  EXPECT_EQ(SlotsOfPositionsRef(p).code(), absl::StatusCode::kOutOfRange);
 }
 
 TEST(SparseMlaDecodeRefTest, OneSlotGivesItsLatentAndItsScore) {

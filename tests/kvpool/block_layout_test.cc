@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kvpool/format/mla_latent.h"
 
 namespace kvp {
 namespace {
@@ -31,6 +32,51 @@ TEST(BlockLayoutTest, SectionSizesOfADeepSeekLikeLayer) {
   EXPECT_EQ(l0.end, l0.index_scales + 64 * 4);
   EXPECT_EQ(layout.sections(1).k, l0.end);
   EXPECT_EQ(layout.block_stride(), (2 * l0.end + 255) / 256 * 256);
+}
+
+TEST(BlockLayoutTest, AnMlaLayerIsItsLatentsThenTheIndexer) {
+  const BlockLayout layout = BlockLayout::Create(MlaPoolSpec(3, 64, true)).value();
+  const SectionOffsets& l0 = layout.sections(0);
+  EXPECT_EQ(l0.latent, 0);
+  EXPECT_EQ(l0.k, 64 * kMlaTokenBytes);  // K and V: empty, at the cursor
+  EXPECT_EQ(l0.v_data, l0.k);
+  EXPECT_EQ(l0.v_scale, l0.k);
+  EXPECT_EQ(l0.index_values, l0.k);
+  EXPECT_EQ(l0.index_scales, l0.index_values + 64 * 128);
+  EXPECT_EQ(l0.end, l0.index_scales + 64 * 4);
+  EXPECT_EQ(layout.sections(1).latent, l0.end);
+  EXPECT_EQ(layout.block_stride(), (3 * l0.end + 255) / 256 * 256);
+  // 656 + 132 bytes a token and layer: DeepSeek-V3.2's cache, a block contiguous across layers.
+  EXPECT_EQ(l0.end, 64 * (656 + 132));
+  std::vector<uint8_t> arena(2 * layout.block_stride());
+  const LayerCache c = layout.Layer(arena.data(), 2, 2);
+  EXPECT_EQ(c.Latent(1, 3) - arena.data(),
+            layout.block_stride() + layout.sections(2).latent + 3 * kMlaTokenBytes);
+  EXPECT_EQ(c.LatentOfSlot(64 + 3), c.Latent(1, 3));
+  EXPECT_EQ(c.k_head_bytes, 0);
+}
+
+TEST(BlockLayoutTest, AnMlaPoolHasOneShape) {
+  EXPECT_TRUE(ValidatePoolSpec(MlaPoolSpec(61, 64, true)).ok());
+  EXPECT_TRUE(ValidatePoolSpec(MlaPoolSpec(61, 16, false)).ok());
+  PoolSpec spec = MlaPoolSpec(4, 64, true);
+  spec.num_kv_heads = 8;
+  EXPECT_EQ(ValidatePoolSpec(spec).code(), absl::StatusCode::kInvalidArgument);
+  spec = MlaPoolSpec(4, 64, true);
+  spec.indexer = false;
+  EXPECT_EQ(ValidatePoolSpec(spec).code(), absl::StatusCode::kInvalidArgument);
+  spec = MlaPoolSpec(4, 64, true);
+  spec.k_scales = {1, 1, 1, 1};
+  EXPECT_EQ(ValidatePoolSpec(spec).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ValidatePoolSpec(MlaPoolSpec(4, 48, true)).code(), absl::StatusCode::kInvalidArgument);
+  spec = PoolSpec();
+  spec.kind = static_cast<PoolKind>(7);
+  EXPECT_EQ(ValidatePoolSpec(spec).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(MlaPoolSpec(4, 64, true).InputDim(), 576);
+  EXPECT_EQ(PoolSpec().InputDim(), 128);
+  EXPECT_EQ(ParsePoolKind("mla").value(), PoolKind::kMla);
+  EXPECT_EQ(ParsePoolKind("kv").value(), PoolKind::kKv);
+  EXPECT_EQ(ParsePoolKind("gqa").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(BlockLayoutTest, SectionsAreOrderedAlignedAndNeverOverlapForEverySpec) {

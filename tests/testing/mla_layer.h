@@ -1,6 +1,7 @@
-// A layer of nothing but fp8_ds_mla latents, for the MLA kernel tests and benchmarks until MLA
-// pools have a block layout: `num_blocks` blocks of `block_size` tokens of 656 bytes, each block
-// padded to the pool's block alignment, the latent section at the start of a block.
+// A layer of nothing but fp8_ds_mla latents, for the MLA kernel tests and benchmarks: any block
+// size (pools have 16, 32 or 64 tokens a block; the kernels are also checked on sizes that are not
+// powers of two), `num_blocks` blocks of `block_size` tokens of 656 bytes, each block padded to the
+// pool's block alignment, the latent section at the start of a block, no indexer.
 #pragma once
 
 #include <cstdint>

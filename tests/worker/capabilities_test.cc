@@ -19,7 +19,9 @@ namespace {
 
 TEST(CapabilitiesTest, EveryPoolTheHostBackendAdvertisesDecodes) {
   const std::vector<JobContext> pools = PoolsServedBy(kHostCapabilities.Decode());
-  EXPECT_EQ(pools.size(), 2u * 4 * 3 * 2);  // K bf16/fp8, V bf16/turbo2-4, 3 head dims, indexer
+  // K bf16/fp8, V bf16/turbo2-4, 3 head dims, indexer or not; and an MLA pool.
+  EXPECT_EQ(pools.size(), 2u * 4 * 3 * 2 + 1);
+  EXPECT_TRUE(pools.back().spec.mla());
   for (const JobContext& ctx : pools) {
     const BlockLayout layout = BlockLayout::Create(ctx.spec).value();
     std::vector<uint8_t> arena(static_cast<size_t>(kServedPoolBlocks) * layout.block_stride());
@@ -64,6 +66,11 @@ TEST(CapabilitiesTest, ServedFormatsSurviveTheWireAndNameWhatIsMissing) {
   EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
   EXPECT_THAT(s.message(), ::testing::HasSubstr("K format bf16"));
   EXPECT_TRUE(CheckServes(back, PoolSpec()).ok());  // fp8_e4m3 + turbo3, head_dim 128
+  EXPECT_TRUE(back.mla);
+  EXPECT_TRUE(CheckServes(back, MlaPoolSpec(4, 64, true)).ok());
+  OpCapabilities no_mla = back;
+  no_mla.mla = false;
+  EXPECT_TRUE(absl::IsUnimplemented(CheckServes(no_mla, MlaPoolSpec(4, 64, true))));
 }
 
 }  // namespace

@@ -30,6 +30,14 @@ std::vector<JobContext> PoolsServedBy(const OpCapabilities& served) {
       }
     }
   }
+  if (served.mla) {
+    JobContext ctx;
+    ctx.spec = MlaPoolSpec(/*num_layers=*/2, /*block_size=*/16, /*indexer_ue8m0=*/true);
+    ctx.num_blocks = kServedPoolBlocks;
+    ctx.model.num_q_heads = 16;
+    ctx.model.topk = 16;
+    pools.push_back(ctx);
+  }
   return pools;
 }
 

@@ -12,6 +12,7 @@
 #include "kernels/cuda_ops.h"
 #include "kernels/mla/mla_ref.h"
 #include "kvpool/format/mla_latent.h"
+#include "kvpool/layout/block_layout.h"
 #include "tests/kernels/gpu/cuda_test_support.h"
 #include "tests/testing/mla_layer.h"
 
@@ -84,6 +85,65 @@ TEST_F(CudaMlaTest, CacheWriteIsBitIdenticalToTheReference) {
       ASSERT_EQ(got[b], arena.host[b]) << "byte " << b << ", block size " << block_size;
     }
   }
+}
+
+// In a pool's layer (the latent, then the indexer's sections) from one [tokens, 576] tensor: the
+// latents and the index keys bit for bit, every other byte untouched.
+TEST_F(CudaMlaTest, CacheWriteOfAPoolLayerWritesIndexKeysBitForBit) {
+  for (bool ue8m0 : {true, false}) {
+    const BlockLayout layout = BlockLayout::Create(MlaPoolSpec(3, 64, ue8m0)).value();
+    const int blocks = 12;
+    std::vector<uint8_t> host(static_cast<size_t>(blocks) * layout.block_stride(), 0xFF);
+    const size_t n = 500;
+    std::vector<int64_t> slots = DistinctSlots(rng_, int64_t{blocks} * 64, n);
+    slots[3] = -1;
+    const std::vector<Bf16> rows = RandomBf16(rng_, n * 576, 1.5f);
+    std::vector<Bf16> index_k = RandomBf16(rng_, n * 128, 0.7f);
+    index_k[5] = Bf16FromFloat(kNan);
+    MlaCacheWriteParams p{.cache = layout.Layer(host.data(), blocks, 1),
+                          .latent = rows.data(),
+                          .rope = rows.data() + 512,
+                          .index_k = index_k.data(),
+                          .slots = slots.data(),
+                          .num_tokens = static_cast<int32_t>(n),
+                          .latent_stride = 576,
+                          .rope_stride = 576};
+    DeviceBuffer d_arena = Up(host);
+    ASSERT_TRUE(MlaCacheWriteRef(p).ok());
+    DeviceBuffer d_rows = Up(rows), d_index = Up(index_k), d_slots = Up(slots);
+    MlaCacheWriteParams d = p;
+    d.cache = layout.Layer(d_arena.get<uint8_t>(), blocks, 1);
+    d.latent = d_rows.get<Bf16>();
+    d.rope = d_rows.get<Bf16>() + 512;
+    d.index_k = d_index.get<Bf16>();
+    d.slots = d_slots.get<int64_t>();
+    ASSERT_TRUE(MlaCacheWriteCuda(d, nullptr).ok());
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const std::vector<uint8_t> got = Down<uint8_t>(d_arena, host.size());
+    for (size_t b = 0; b < got.size(); ++b) {
+      ASSERT_EQ(got[b], host[b]) << "byte " << b << ", ue8m0 " << ue8m0;
+    }
+  }
+}
+
+TEST_F(CudaMlaTest, TopkPositionsBecomeTheirSlots) {
+  const int rows = 300, k = 2048, stride = 70, block_size = 64;
+  std::vector<int32_t> tables(rows * stride), positions(rows * k), want(rows * k);
+  std::uniform_int_distribution<int32_t> block(0, 100000), position(-1, stride * block_size - 1);
+  for (int32_t& b : tables) b = block(rng_);
+  for (int32_t& p : positions) p = position(rng_);
+  SlotsOfPositionsParams p{.positions = positions.data(), .block_tables = tables.data(),
+                           .block_table_stride = stride, .block_size = block_size,
+                           .slots = want.data(), .rows = rows, .k = k};
+  ASSERT_TRUE(SlotsOfPositionsRef(p).ok());
+  DeviceBuffer d_tables = Up(tables), d_positions = Up(positions), d_slots = Up(want);
+  p.positions = d_positions.get<int32_t>();
+  p.block_tables = d_tables.get<int32_t>();
+  p.slots = d_slots.get<int32_t>();
+  ASSERT_EQ(cudaMemset(p.slots, 0, want.size() * 4), cudaSuccess);
+  ASSERT_TRUE(SlotsOfPositionsCuda(p, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(Down<int32_t>(d_slots, want.size()), want);
 }
 
 TEST_F(CudaMlaTest, SparseDecodeMatchesTheReference) {
