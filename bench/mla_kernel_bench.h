@@ -1,5 +1,6 @@
 // kvpool-bench kernels --only=mla: DeepSeek MLA over an fp8_ds_mla cache of 163,840 tokens
-// (kernels/mla/): the latent write, and sparse decode through a top-2048 at FlashMLA's shapes.
+// (kernels/mla/): the latent write, sparse decode through a top-2048 at FlashMLA's shapes, and a
+// whole DeepSeek-V3.2 decode layer at batch 1 (indexer -> top-k -> slots -> sparse MLA decode).
 // TFLOP/s counts 2 · (576 + 512) flops per query head and selected token.
 #pragma once
 

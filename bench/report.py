@@ -22,6 +22,11 @@ def batch_key(op, shape):
         return f"batch={fields['batch']} q/kv={fields['q/kv']}"
     if op == "cache_write":
         return f"tokens={fields['tokens']} layers={fields['layers']}"
+    if op == "sparse_mla_decode":
+        return f"batch={fields['batch']} s_q={fields['s_q']} heads={fields['heads']}"
+    if op == "mla_decode_layer":
+        return (f"batch={fields['batch']} ctx={fields['ctx']} index_heads={fields['index_heads']} "
+                f"topk={fields['topk']}")
     return None
 
 

@@ -38,18 +38,7 @@ def median_us(fn, copies=1, warmup=5, runs=50):
     return statistics.median(times)
 
 
-def main():
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--json", required=True)
-    parser.add_argument("--quick", action="store_true")
-    args = parser.parse_args()
-    dev = torch.device("cuda")
-    gen = torch.Generator(device=dev).manual_seed(1)
-    rows = []
-
-    def randn(*shape, dtype=torch.bfloat16):
-        return torch.randn(*shape, device=dev, generator=gen, dtype=torch.float32).to(dtype)
-
+def kv_rows(args, dev, gen, randn, rows):
     # Dense decode: SDPA over bf16 K/V (the uncompressed cache a user would otherwise keep), at the
     # targets' shapes and at the other heads and head dims of `kvpool-bench kernels --only=shapes`
     # (its other block sizes and V formats share the targets' baseline).
@@ -133,6 +122,9 @@ def main():
     rows.append({"op": "cache_write", "key": f"tokens={tokens} layers=8", "torch": "index_copy_ bf16 K,V",
                  "median_us": us})
 
+
+
+def mla_rows(args, dev, gen, randn, rows):
     # Sparse MLA decode (kvpool-bench kernels --only=mla): gather the selected tokens of a bf16
     # latent cache (576 values: latent and RoPE), then SDPA with the 512 latent values as V and
     # DeepSeek-V3.2's softmax scale; every head shares the top-2048 of its query token.
@@ -157,7 +149,46 @@ def main():
         rows.append({"op": "sparse_mla_decode", "key": f"batch={batch} s_q={s_q} heads={heads}",
                      "torch": "index gather + SDPA bf16 (576/512)", "median_us": us})
         del idx, q
-    del cache
+
+    # A DeepSeek-V3.2 decode layer at batch 1 (kvpool-bench's mla_decode_layer): the indexer's
+    # 64 heads over every token's bf16 index key, top-2048, then the gather and SDPA above.
+    index_k = randn(tokens, 128)
+    index_q = randn(64, 128)
+    weights = torch.full((64,), 0.125, device=dev)
+    q = randn(1, 128, 1, 576)
+
+    def layer(_):
+        scores = (torch.relu(index_k @ index_q.T).float() * weights).sum(-1)
+        idx = torch.topk(scores, 2048).indices
+        kv = cache[idx][None, None]
+        return F.scaled_dot_product_attention(q, kv.expand(-1, 128, -1, -1),
+                                              kv[..., :512].expand(-1, 128, -1, -1), scale=0.1352)
+
+    us = median_us(layer, warmup=3, runs=20)
+    rows.append({"op": "mla_decode_layer", "key": f"batch=1 ctx={tokens} index_heads=64 topk=2048",
+                 "torch": "bf16 indexer + torch.topk + gather + SDPA", "median_us": us})
+    del cache, index_k
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--json", required=True)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--only", choices=["all", "kv", "mla"], default="all",
+                        help="kv: the K/V kernels' baselines; mla: the MLA ones (kernels --only=mla)")
+    args = parser.parse_args()
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(1)
+    rows = []
+
+    def randn(*shape, dtype=torch.bfloat16):
+        return torch.randn(*shape, device=dev, generator=gen, dtype=torch.float32).to(dtype)
+
+    if args.only in ("all", "kv"):
+        kv_rows(args, dev, gen, randn, rows)
+    if args.only in ("all", "mla"):
+        mla_rows(args, dev, gen, randn, rows)
+
 
     with open(args.json, "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "torch": torch.__version__,

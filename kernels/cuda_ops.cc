@@ -53,8 +53,11 @@ absl::Status SlotsOfPositionsCuda(const SlotsOfPositionsParams& p, cudaStream_t 
   return LaunchToStatus(SlotsOfPositionsLaunch(p, stream), "top-k slots");
 }
 
-absl::Status SparseMlaDecodeCuda(const SparseMlaDecodeParams& p, cudaStream_t stream) {
-  return LaunchToStatus(SparseMlaDecodeLaunch(p, stream), "sparse MLA decode");
+absl::Status SparseMlaDecodeCuda(const SparseMlaDecodeParams& p, CudaWorkspace& workspace,
+                                 cudaStream_t stream) {
+  return LaunchWithWorkspace(
+      SparseMlaDecodeWorkspaceBytes(p), workspace, "sparse MLA decode",
+      [&](void* ws, size_t bytes) { return SparseMlaDecodeLaunch(p, ws, bytes, stream); });
 }
 
 absl::Status PagedDecodeCuda(const PagedDecodeParams& p, CudaWorkspace& workspace,

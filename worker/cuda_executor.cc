@@ -358,7 +358,7 @@ absl::Status CudaExecutor::Attend(int layer, const LayerCache& cache, const Deco
                             .softmax_scale = SoftmaxScaleOf(ctx_.model, ctx_.spec),
                             .out = b.mla_out + out_slot * b.out_per_layer,
                             .lse = b.lse + out_slot * heads},
-      stream_);
+      kernel_ws_, stream_);
 }
 
 absl::StatusOr<std::vector<DecodeStepResult>> CudaExecutor::CollectOutputs(

@@ -1,15 +1,11 @@
-// The MLA kernels (kernels/mla/mla_params.h).
+// The MLA cache write and the top-k slots (kernels/mla/mla_params.h).
 //
 // Cache write: a warp per token. Each lane takes four consecutive values of every tile, the warp
 // reduces the tile's amax (exact in any order), and the codes come from the same integer E4M3
 // encoder the host uses, so the bytes match MlaCacheWriteRef bit for bit (IEEE division,
 // --fmad=false for this file).
 //
-// Sparse decode, a first version: a CTA per (query token, 16 heads), eight warps of two heads
-// each, walking the top-k in tiles of 16 tokens that the CTA dequantizes into shared memory
-// once for all its heads; each lane holds the query dims and output dims lane + 32·i (no bank
-// conflicts) and keeps an online softmax. Correct for every shape the tests use; not yet the
-// tensor-core kernel FlashMLA's speed asks for (docs/benchmarks.md says how far it is).
+// Top-k slots: a thread per selected position. Sparse decode is sparse_mla_decode.cu.
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
@@ -41,29 +37,50 @@ __global__ void __launch_bounds__(kWriteWarps* kWarp)
   const int64_t slot = p.slots[token];
   if (slot < 0) return;
   uint8_t* out = p.cache.LatentOfSlot(slot);
+  // Every load of the lane first (four 8-byte words of latent, one of RoPE), then the four tiles'
+  // reductions side by side: nothing waits on a load another could have overlapped.
   const Bf16* latent = p.latent + int64_t{token} * p.latent_stride;
+  const Bf16* rope = p.rope + int64_t{token} * p.rope_stride;
+  uint2 raw[kMlaTiles];
+#pragma unroll
   for (int t = 0; t < kMlaTiles; ++t) {
-    float x[4];
-    float amax = 0.0f;
+    raw[t] = *reinterpret_cast<const uint2*>(latent + t * kMlaTile + lane * 4);
+  }
+  const uint32_t rope_pair = *reinterpret_cast<const uint32_t*>(rope + 2 * lane);
+  float x[kMlaTiles][4], amax[kMlaTiles];
 #pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      x[i] = Bf16ToFloat(latent[t * kMlaTile + lane * 4 + i]);
-      amax = fmaxf(amax, fabsf(x[i]));  // NaN ignored, as on the host
-    }
+  for (int t = 0; t < kMlaTiles; ++t) {
+    x[t][0] = __uint_as_float(raw[t].x << 16);
+    x[t][1] = __uint_as_float(raw[t].x & 0xFFFF0000u);
+    x[t][2] = __uint_as_float(raw[t].y << 16);
+    x[t][3] = __uint_as_float(raw[t].y & 0xFFFF0000u);
+    amax[t] = 0.0f;
 #pragma unroll
-    for (int o = kWarp / 2; o > 0; o /= 2) amax = fmaxf(amax, __shfl_xor_sync(~0u, amax, o));
-    float s = DivRn(amax, kE4m3Max);
+    for (int i = 0; i < 4; ++i) amax[t] = fmaxf(amax[t], fabsf(x[t][i]));  // NaN ignored
+  }
+#pragma unroll
+  for (int o = kWarp / 2; o > 0; o /= 2) {
+#pragma unroll
+    for (int t = 0; t < kMlaTiles; ++t) amax[t] = fmaxf(amax[t], __shfl_xor_sync(~0u, amax[t], o));
+  }
+  float scale = 0.0f;  // lane t < 4 stores tile t's
+#pragma unroll
+  for (int t = 0; t < kMlaTiles; ++t) {
+    float s = DivRn(amax[t], kE4m3Max);
     s = s > FLT_MIN ? s : FLT_MIN;
+    if (lane == t) scale = s;
     uint32_t codes = 0;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) codes |= uint32_t{MlaLatentCode(x[i], s)} << (8 * i);
+    for (int i = 0; i < 4; ++i) codes |= uint32_t{MlaLatentCode(x[t][i], s)} << (8 * i);
     *reinterpret_cast<uint32_t*>(out + t * kMlaTile + lane * 4) = codes;
-    if (lane == 0) *reinterpret_cast<float*>(out + kMlaScalesOffset + 4 * t) = s;
   }
-  const Bf16* rope = p.rope + int64_t{token} * p.rope_stride;
-  const uint32_t pair = uint32_t{Bf16FromFloat(Bf16ToFloat(rope[2 * lane])).bits} |
-                        uint32_t{Bf16FromFloat(Bf16ToFloat(rope[2 * lane + 1])).bits} << 16;
-  *reinterpret_cast<uint32_t*>(out + kMlaRopeOffset + 4 * lane) = pair;
+  if (lane < kMlaTiles) *reinterpret_cast<float*>(out + kMlaScalesOffset + 4 * lane) = scale;
+  // RoPE values are bf16 already: stored as they came (rounding a bf16 to bf16 is itself), except
+  // that a NaN is made quiet, as the reference's Bf16FromFloat does.
+  uint32_t stored = rope_pair;
+  if ((rope_pair & 0x7FFFu) > 0x7F80u) stored |= 0x40u;
+  if (((rope_pair >> 16) & 0x7FFFu) > 0x7F80u) stored |= 0x400000u;
+  *reinterpret_cast<uint32_t*>(out + kMlaRopeOffset + 4 * lane) = stored;
 }
 
 // ---- Top-k positions to slots ----
@@ -76,104 +93,14 @@ __global__ void SlotsOfPositionsKernel(SlotsOfPositionsParams p) {
   p.slots[i] = pos < 0 ? -1 : static_cast<int32_t>(SlotOfPosition(table, pos, p.block_size));
 }
 
-// ---- Sparse decode ----
-
-constexpr int kHeadsPerCta = 16;
-constexpr int kDecodeWarps = 8;
-constexpr int kHeadsPerWarp = kHeadsPerCta / kDecodeWarps;  // 2
-constexpr int kTileTokens = 16;
-constexpr int kQPerLane = kMlaInputDim / kWarp;   // 18
-constexpr int kOutPerLane = kMlaLatentDim / kWarp;  // 16
-
-__global__ void __launch_bounds__(kDecodeWarps* kWarp) SparseMlaDecodeKernel(SparseMlaDecodeParams p) {
-  __shared__ float tokens[kTileTokens][kMlaInputDim];
-  __shared__ bool valid[kTileTokens];
-  const int row = blockIdx.x;  // (sequence, query token)
-  const int warp = threadIdx.x / kWarp, lane = threadIdx.x % kWarp;
-  const int32_t* slots = p.slots + int64_t{row} * p.topk;
-
-  float q[kHeadsPerWarp][kQPerLane];
-  float acc[kHeadsPerWarp][kOutPerLane];
-  float m[kHeadsPerWarp], l[kHeadsPerWarp];
-#pragma unroll
-  for (int h = 0; h < kHeadsPerWarp; ++h) {
-    const int head = blockIdx.y * kHeadsPerCta + warp * kHeadsPerWarp + h;
-    const Bf16* qh = p.q + (int64_t{row} * p.heads + head) * kMlaInputDim;
-#pragma unroll
-    for (int i = 0; i < kQPerLane; ++i) q[h][i] = Bf16ToFloat(qh[lane + kWarp * i]);
-#pragma unroll
-    for (int i = 0; i < kOutPerLane; ++i) acc[h][i] = 0.0f;
-    m[h] = -INFINITY;
-    l[h] = 0.0f;
-  }
-
-  for (int first = 0; first < p.topk; first += kTileTokens) {
-    __syncthreads();  // the last tile is consumed
-    // Dequantize the tile: warp w takes tokens w and w + 8.
-    for (int j = warp; j < kTileTokens; j += kDecodeWarps) {
-      const int k = first + j;
-      const int32_t slot = k < p.topk ? slots[k] : -1;
-      if (lane == 0) valid[j] = slot >= 0;
-      if (slot < 0) continue;
-      const uint8_t* in = p.cache.LatentOfSlot(slot);
-      for (int d = lane; d < kMlaLatentDim; d += kWarp) {
-        const float s = *reinterpret_cast<const float*>(in + kMlaScalesOffset + 4 * (d / kMlaTile));
-        tokens[j][d] = E4m3ToFloat(in[d]) * s;
-      }
-      for (int d = lane; d < kMlaRopeDim; d += kWarp) {
-        Bf16 r;
-        r.bits = *reinterpret_cast<const uint16_t*>(in + kMlaRopeOffset + 2 * d);
-        tokens[j][kMlaLatentDim + d] = Bf16ToFloat(r);
-      }
-    }
-    __syncthreads();
-#pragma unroll
-    for (int h = 0; h < kHeadsPerWarp; ++h) {
-      float scores[kTileTokens];
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int j = 0; j < kTileTokens; ++j) {
-        float dot = 0.0f;
-#pragma unroll
-        for (int i = 0; i < kQPerLane; ++i) dot += q[h][i] * tokens[j][lane + kWarp * i];
-#pragma unroll
-        for (int o = kWarp / 2; o > 0; o /= 2) dot += __shfl_xor_sync(~0u, dot, o);
-        scores[j] = valid[j] ? dot * p.softmax_scale : -INFINITY;
-        tile_max = fmaxf(tile_max, scores[j]);
-      }
-      if (tile_max == -INFINITY) continue;  // nothing valid in this tile
-      const float m_new = fmaxf(m[h], tile_max);
-      const float rescale = __expf(m[h] - m_new);  // 0 while m[h] is -inf
-      l[h] *= rescale;
-#pragma unroll
-      for (int i = 0; i < kOutPerLane; ++i) acc[h][i] *= rescale;
-#pragma unroll
-      for (int j = 0; j < kTileTokens; ++j) {
-        const float w = valid[j] ? __expf(scores[j] - m_new) : 0.0f;
-        l[h] += w;
-        if (w == 0.0f) continue;
-#pragma unroll
-        for (int i = 0; i < kOutPerLane; ++i) acc[h][i] += w * tokens[j][lane + kWarp * i];
-      }
-      m[h] = m_new;
-    }
-  }
-#pragma unroll
-  for (int h = 0; h < kHeadsPerWarp; ++h) {
-    const int head = blockIdx.y * kHeadsPerCta + warp * kHeadsPerWarp + h;
-    const int64_t at = int64_t{row} * p.heads + head;
-    Bf16* out = p.out + at * kMlaLatentDim;
-    const float inv = l[h] > 0.0f ? 1.0f / l[h] : 0.0f;
-#pragma unroll
-    for (int i = 0; i < kOutPerLane; ++i) out[lane + kWarp * i] = Bf16FromFloat(acc[h][i] * inv);
-    if (lane == 0) p.lse[at] = l[h] > 0.0f ? m[h] + logf(l[h]) : -INFINITY;
-  }
-}
-
 }  // namespace
 
 LaunchStatus MlaCacheWriteLaunch(const MlaCacheWriteParams& p, cudaStream_t stream) {
   if (p.num_tokens <= 0) return {};
+  if (p.latent_stride % 4 != 0 || p.rope_stride % 2 != 0 ||
+      reinterpret_cast<uintptr_t>(p.latent) % 8 != 0 || reinterpret_cast<uintptr_t>(p.rope) % 4 != 0) {
+    return Unsupported("MLA cache write rows not 8-byte (latent) and 4-byte (RoPE) aligned");
+  }
   constexpr int kThreads = kWriteWarps * kWarp;
   const int latent_ctas = (p.num_tokens + kWriteWarps - 1) / kWriteWarps;
   const int64_t index_ctas =
@@ -189,14 +116,6 @@ LaunchStatus SlotsOfPositionsLaunch(const SlotsOfPositionsParams& p, cudaStream_
   constexpr int kThreads = 256;
   SlotsOfPositionsKernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0,
                            stream>>>(p);
-  return LastLaunchError();
-}
-
-LaunchStatus SparseMlaDecodeLaunch(const SparseMlaDecodeParams& p, cudaStream_t stream) {
-  if (p.heads % kHeadsPerCta != 0) return Unsupported("sparse MLA decode heads not a multiple of 16");
-  if (p.batch <= 0) return {};
-  const dim3 grid(static_cast<unsigned>(p.batch * p.s_q), static_cast<unsigned>(p.heads / kHeadsPerCta));
-  SparseMlaDecodeKernel<<<grid, kDecodeWarps * kWarp, 0, stream>>>(p);
   return LastLaunchError();
 }
 

@@ -27,6 +27,7 @@ struct MlaCacheWriteParams {
   const int64_t* slots = nullptr;  // [num_tokens]; physical slots, -1: skip (padding)
   int32_t num_tokens = 0;
   // Elements between tokens: slices of one [tokens, 576] row (latent then RoPE) are 576 apart.
+  // CUDA: latent rows 8-byte aligned (stride a multiple of 4), RoPE rows 4-byte aligned (even).
   int32_t latent_stride = kMlaLatentDim;
   int32_t rope_stride = kMlaRopeDim;
 };

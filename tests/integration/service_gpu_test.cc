@@ -77,8 +77,8 @@ TEST_P(ServiceGpuFlowTest, CudaBackendAgreesWithTheHostReference) {
         EXPECT_LT(RelativeL2(got.out[l], want.out[l]), 5e-3)
             << "step " << step << " sequence " << i << " layer " << l;
         ASSERT_EQ(got.lse.size(), want.lse.size());
-        if (!want.lse.empty()) {
-          EXPECT_LT(RelativeL2(got.lse[l], want.lse[l]), 1e-4) << "step " << step;
+        if (!want.lse.empty()) {  // scores from K rounded to bf16: up to 2^-9 of their size
+          EXPECT_LT(RelativeL2(got.lse[l], want.lse[l]), 2e-3) << "step " << step;
         }
         ++compared;
       }

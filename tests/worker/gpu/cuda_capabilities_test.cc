@@ -106,9 +106,11 @@ TEST(CudaCapabilitiesTest, AnMlaPoolMatchesTheHostExecutor) {
       ref += double((*want)[0].out[l][i]) * (*want)[0].out[l][i];
     }
     EXPECT_LT(std::sqrt(err / ref), 5e-3) << "layer " << l;
+    // The tensor cores take K rounded to bf16 (as FlashMLA does): a score, and so the log-sum-exp,
+    // is off by up to 2^-9 of its size.
     for (int h = 0; h < 128; ++h) {
       EXPECT_NEAR((*got)[0].lse[l][h], (*want)[0].lse[l][h],
-                  1e-4 * std::abs((*want)[0].lse[l][h]) + 1e-4);
+                  2e-3 * std::abs((*want)[0].lse[l][h]) + 1e-3);
     }
   }
 }

@@ -1,0 +1,453 @@
+// Sparse MLA decode on the tensor cores (kernels/mla/mla_params.h).
+//
+// A CTA takes one query row (sequence, query token), up to 64 of its heads (four tiles of 16) and
+// a run of 64-token tiles of its top-k. Per tile:
+//   1. the tokens' 656-byte entries arrive by cp.async (gathered by slot; -1 slots fill zeros)
+//      while the tile before is computed, and are dequantized once into shared memory as bf16
+//      [64 tokens, 576] for all the CTA's heads;
+//   2. S = q · Kᵀ by m16n8k16 bf16 mma: each of 16 warps takes 16 tokens (w % 4) of one head tile
+//      (w / 4), the queries staying in shared memory;
+//   3. the online softmax across the four token groups goes through shared memory (tile maxima,
+//      then P as bf16 [heads, 64] and row sums);
+//   4. O += P · V by mma with V the latent part of the same tile: warp w owns output dims
+//      [32w, 32w + 32) of every head tile (its 64 float accumulators).
+// When the rows and head groups are too few to fill the GPU, the top-k is split across CTAs
+// (ChooseSplits) that write normalized partial outputs and log-sum-exps, merged by a second
+// kernel. K and P are rounded to bf16 before the mma, as FlashMLA does; sums are float.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_fp8.h>
+
+#include <cmath>
+#include <cstdint>
+
+#include "kernels/common/cp_async.cuh"
+#include "kernels/common/mma.cuh"
+#include "kernels/common/work_split.h"
+#include "kernels/mla/mla_launch.h"
+#include "kvpool/format/mla_latent.h"
+
+namespace kvp {
+namespace {
+
+constexpr int kTileTokens = 64;
+constexpr int kThreads = 512;  // 16 warps: four a scheduler to hide the mma and ldmatrix latencies
+constexpr int kWarps = kThreads / 32;
+constexpr int kHeadTile = 16;
+constexpr int kMaxHeadTiles = 4;
+constexpr int kCtaHeads = kHeadTile * kMaxHeadTiles;  // 64
+constexpr int kTokenGroups = 4;                       // of 16 tokens: the QK^T split of a tile
+// QK^T: warp w takes token group w % 4 and head tiles w / 4 + j · (warps / 4), j < this.
+constexpr int kQkTilesPerWarp = kMaxHeadTiles * kTokenGroups / kWarps;
+constexpr int kQkTileStep = kWarps / kTokenGroups;
+// PV: warp w owns output dims [w · kDimsPerWarp, (w + 1) · kDimsPerWarp) of every head tile.
+constexpr int kDimsPerWarp = kMlaLatentDim / kWarps;
+constexpr int kDimTiles = kDimsPerWarp / 8;
+static_assert(kQkTilesPerWarp == 1 || kQkTilesPerWarp == 2);
+// Rows padded by 16 bytes: the eight rows an ldmatrix reads fall in eight different bank groups.
+constexpr int kRowElems = kMlaInputDim + 8;  // 584
+constexpr int kPRowElems = kTileTokens + 8;  // 72
+constexpr int kRowChunks = kMlaInputDim / 8;  // 16-byte chunks of a bf16 row: 72
+constexpr int kLatentChunks = kMlaLatentDim / 8;  // 64
+constexpr int kTokenChunks = kMlaTokenBytes / 16;  // 41 cp.async of a cache entry
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr float kLn2 = 0.6931471805599453f;
+constexpr int kMaxSplits = 64;
+
+struct Shared {
+  uint16_t q[kCtaHeads][kRowElems];   // the CTA's queries, bf16
+  uint16_t k[kTileTokens][kRowElems]; // the tile dequantized: latent (also V) then RoPE
+  uint16_t p[kCtaHeads][kPRowElems];  // softmax weights of the tile, bf16
+  alignas(16) uint8_t raw[kTileTokens][kMlaTokenBytes];  // the next tile's entries, as stored
+  const uint8_t* src[kTileTokens];  // where the next tile's entries are; null: an unused slot
+  float part_max[kTokenGroups][kCtaHeads];
+  float part_sum[kTokenGroups][kCtaHeads];
+  float m[kCtaHeads];  // running maximum of the scores, log2 domain
+  float l[kCtaHeads];  // running sum of exp2(score - m)
+};
+
+__device__ __forceinline__ void MmaBf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&b);
+}
+
+// Two E4M3 codes times their tile's scale, as a bf16 pair (the code is exact in f16 and float).
+__device__ __forceinline__ uint32_t DequantizePair(uint32_t two_codes, float scale) {
+  const __half2_raw h =
+      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
+  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
+  return PackBf16(f.x * scale, f.y * scale);
+}
+
+__global__ void __launch_bounds__(kThreads, 1)
+    SparseMlaDecodeTcKernel(SparseMlaDecodeParams p, int tiles_per_split, float* part_out,
+                            float* part_lse) {
+  extern __shared__ __align__(16) uint8_t shared_bytes[];
+  Shared& s = *reinterpret_cast<Shared*>(shared_bytes);
+  const int row = blockIdx.x;
+  const int head0 = blockIdx.y * kCtaHeads;
+  const int head_tiles = min(kMaxHeadTiles, (p.heads - head0) / kHeadTile);
+  const int cta_heads = head_tiles * kHeadTile;
+  const int split = blockIdx.z, splits = gridDim.z;
+  const int num_tiles = (p.topk + kTileTokens - 1) / kTileTokens;
+  const int first_tile = split * tiles_per_split;
+  const int end_tile = min(num_tiles, first_tile + tiles_per_split);
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int32_t* slots = p.slots + int64_t{row} * p.topk;
+
+  const Bf16* q = p.q + (int64_t{row} * p.heads + head0) * kMlaInputDim;
+  for (int i = tid; i < cta_heads * kRowChunks; i += kThreads) {
+    const int h = i / kRowChunks, c = i % kRowChunks;
+    cp_async::Copy<16>(&s.q[h][c * 8], q + h * kMlaInputDim + c * 8, 16);
+  }
+  // Threads [0, 64) find the entries of a tile's tokens once (one 32-bit division each), for
+  // load_tile after the next barrier.
+  auto locate_tile = [&](int tile) {
+    if (tid >= kTileTokens) return;
+    const int k = tile * kTileTokens + tid;
+    const int32_t slot = k < p.topk ? __ldg(slots + k) : -1;
+    const int32_t block = slot / p.cache.block_size, offset = slot % p.cache.block_size;
+    s.src[tid] = slot >= 0 ? p.cache.Latent(block, offset) : nullptr;
+  };
+  auto load_tile = [&]() {
+    for (int i = tid; i < kTileTokens * kTokenChunks; i += kThreads) {
+      const int j = i / kTokenChunks, c = i % kTokenChunks;
+      const uint8_t* src = s.src[j];
+      cp_async::Copy<16>(&s.raw[j][c * 16], src != nullptr ? src + c * 16 : p.cache.base,
+                         src != nullptr ? 16 : 0);
+    }
+    cp_async::Commit();
+  };
+  if (tid < kCtaHeads) {
+    s.m[tid] = -INFINITY;
+    s.l[tid] = 0.0f;
+  }
+  if (first_tile < end_tile) {
+    locate_tile(first_tile);
+    __syncthreads();
+    load_tile();
+  }
+  cp_async::Commit();
+
+  const int group = warp % kTokenGroups;  // QK^T: tokens [16 group, 16 group + 16)
+  const float score_scale = p.softmax_scale * kLog2e;
+  float o[kMaxHeadTiles][kDimTiles][4] = {};
+  for (int tile = first_tile; tile < end_tile; ++tile) {
+    cp_async::Wait<0>();
+    __syncthreads();  // the tile's entries are here; the last tile's k and p are consumed
+    for (int i = tid; i < kTileTokens * kRowChunks; i += kThreads) {
+      const int j = i / kRowChunks, c = i % kRowChunks;
+      uint4 v;
+      if (c < kLatentChunks) {
+        const uint2 codes = *reinterpret_cast<const uint2*>(&s.raw[j][c * 8]);
+        const float scale =
+            *reinterpret_cast<const float*>(&s.raw[j][kMlaScalesOffset + 4 * (c / 16)]);
+        v = make_uint4(DequantizePair(codes.x, scale), DequantizePair(codes.x >> 16, scale),
+                       DequantizePair(codes.y, scale), DequantizePair(codes.y >> 16, scale));
+      } else {
+        v = *reinterpret_cast<const uint4*>(&s.raw[j][kMlaRopeOffset + (c - kLatentChunks) * 16]);
+      }
+      *reinterpret_cast<uint4*>(&s.k[j][c * 8]) = v;
+    }
+    if (tile + 1 < end_tile) locate_tile(tile + 1);
+    __syncthreads();  // k is complete, raw is free, the next tile located
+    if (tile + 1 < end_tile) load_tile();
+
+    // S = q K^T for this warp's 16 tokens and head tiles (kQkTilesPerWarp), the fragments
+    // of step ks + 1 loaded while step ks multiplies. Even and odd steps accumulate apart (summed
+    // after): twice the independent mma chains, which the profile showed waiting on each other.
+    const int ht0 = warp / kTokenGroups;
+    const bool two = kQkTilesPerWarp == 2 && ht0 + kQkTileStep < head_tiles;
+    float sc[2][2][4] = {};
+    if (ht0 < head_tiles) {
+      float odd[2][2][4] = {};
+      uint32_t b[2][4], a[2][2][4];
+      const uint16_t* k_row = &s.k[16 * group + lane % 8 + (lane / 16) * 8][((lane / 8) % 2) * 8];
+      const uint16_t* q_row0 = &s.q[ht0 * kHeadTile + lane % 16][(lane / 16) * 8];
+      const uint16_t* q_row1 = q_row0 + kQkTileStep * kHeadTile * kRowElems;
+      mma::LoadMatrices(k_row, b[0]);
+      mma::LoadMatrices(q_row0, a[0][0]);
+      if (two) mma::LoadMatrices(q_row1, a[0][1]);
+#pragma unroll
+      for (int ks = 0; ks < kMlaInputDim / 16; ++ks) {
+        const int cur = ks % 2;
+        if (ks + 1 < kMlaInputDim / 16) {
+          mma::LoadMatrices(k_row + (ks + 1) * 16, b[cur ^ 1]);
+          mma::LoadMatrices(q_row0 + (ks + 1) * 16, a[cur ^ 1][0]);
+          if (two) mma::LoadMatrices(q_row1 + (ks + 1) * 16, a[cur ^ 1][1]);
+        }
+        float (&acc)[2][2][4] = cur == 0 ? sc : odd;
+        MmaBf16(acc[0][0], a[cur][0], b[cur][0], b[cur][1]);
+        MmaBf16(acc[0][1], a[cur][0], b[cur][2], b[cur][3]);
+        if (two) {
+          MmaBf16(acc[1][0], a[cur][1], b[cur][0], b[cur][1]);
+          MmaBf16(acc[1][1], a[cur][1], b[cur][2], b[cur][3]);
+        }
+      }
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+#pragma unroll
+          for (int c = 0; c < 4; ++c) sc[i][n][c] += odd[i][n][c];
+        }
+      }
+    }
+    // Scores in the log2 domain; -inf for unused slots. Lane: heads g, g + 8 of a tile; tokens
+    // 16 group + 8 n + 2t + {0, 1}.
+    const int base = tile * kTileTokens + 16 * group;
+    bool valid[2][2];
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int k = base + 8 * n + 2 * t + e;
+        valid[n][e] = k < p.topk && __ldg(slots + k) >= 0;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int ht = warp / kTokenGroups + kQkTileStep * i;
+      if (i >= kQkTilesPerWarp || ht >= head_tiles) continue;
+      float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+      for (int n = 0; n < 2; ++n) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+          float& x = sc[i][n][c];
+          x = valid[n][c % 2] ? x * score_scale : -INFINITY;
+          mx[c / 2] = fmaxf(mx[c / 2], x);
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(~0u, mx[r], 1));
+        mx[r] = fmaxf(mx[r], __shfl_xor_sync(~0u, mx[r], 2));
+        if (t == 0) s.part_max[group][ht * kHeadTile + g + 8 * r] = mx[r];
+      }
+    }
+    __syncthreads();  // the tile's maxima
+
+    // The new running maximum of a head (every thread that asks computes the same one).
+    auto new_max = [&](int h) {
+      float m = s.m[h];
+#pragma unroll
+      for (int j = 0; j < kTokenGroups; ++j) m = fmaxf(m, s.part_max[j][h]);
+      return m;
+    };
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int ht = warp / kTokenGroups + kQkTileStep * i;
+      if (i >= kQkTilesPerWarp || ht >= head_tiles) continue;
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int h = ht * kHeadTile + g + 8 * r;
+        const float m = new_max(h);
+        const float m_use = m == -INFINITY ? 0.0f : m;  // a head with nothing valid yet
+        float sum = 0.0f;
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          const float e0 = exp2f(sc[i][n][2 * r] - m_use), e1 = exp2f(sc[i][n][2 * r + 1] - m_use);
+          sum += e0 + e1;
+          *reinterpret_cast<uint32_t*>(&s.p[h][16 * group + 8 * n + 2 * t]) = PackBf16(e0, e1);
+        }
+        sum += __shfl_xor_sync(~0u, sum, 1);
+        sum += __shfl_xor_sync(~0u, sum, 2);
+        if (t == 0) s.part_sum[group][h] = sum;
+      }
+    }
+    // The rescaling of this warp's accumulator rows, from the old maxima (before the update).
+    float alpha[kMaxHeadTiles][2];
+#pragma unroll
+    for (int ht = 0; ht < kMaxHeadTiles; ++ht) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int h = ht * kHeadTile + g + 8 * r;
+        if (ht < head_tiles) {
+          const float m = new_max(h);
+          alpha[ht][r] = exp2f(s.m[h] - (m == -INFINITY ? 0.0f : m));
+        }
+      }
+    }
+    __syncthreads();  // p and the row sums are complete; every thread has read the old maxima
+    if (tid < cta_heads) {
+      const float m = new_max(tid);
+      const float a = exp2f(s.m[tid] - (m == -INFINITY ? 0.0f : m));
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kTokenGroups; ++j) sum += s.part_sum[j][tid];
+      s.l[tid] = s.l[tid] * a + sum;
+      s.m[tid] = m;
+    }
+
+    // O = O · alpha + P V over this warp's 64 output dims.
+#pragma unroll
+    for (int ht = 0; ht < kMaxHeadTiles; ++ht) {
+      if (ht >= head_tiles) continue;
+#pragma unroll
+      for (int n = 0; n < kDimTiles; ++n) {
+        o[ht][n][0] *= alpha[ht][0];
+        o[ht][n][1] *= alpha[ht][0];
+        o[ht][n][2] *= alpha[ht][1];
+        o[ht][n][3] *= alpha[ht][1];
+      }
+    }
+#pragma unroll
+    for (int ks = 0; ks < kTileTokens / 16; ++ks) {
+      uint32_t b[kDimTiles / 2][4];
+#pragma unroll
+      for (int dp = 0; dp < kDimTiles / 2; ++dp) {
+        mma::LoadMatricesTransposed(
+            &s.k[ks * 16 + lane % 8 + ((lane / 8) % 2) * 8][kDimsPerWarp * warp + 16 * dp + (lane / 16) * 8],
+            b[dp]);
+      }
+#pragma unroll
+      for (int ht = 0; ht < kMaxHeadTiles; ++ht) {
+        if (ht >= head_tiles) continue;
+        uint32_t a[4];
+        mma::LoadMatrices(&s.p[ht * kHeadTile + lane % 16][ks * 16 + (lane / 16) * 8], a);
+#pragma unroll
+        for (int dp = 0; dp < kDimTiles / 2; ++dp) {
+          MmaBf16(o[ht][2 * dp], a, b[dp][0], b[dp][1]);
+          MmaBf16(o[ht][2 * dp + 1], a, b[dp][2], b[dp][3]);
+        }
+      }
+    }
+  }
+  cp_async::Wait<0>();
+  __syncthreads();  // the last update of m and l
+
+#pragma unroll
+  for (int ht = 0; ht < kMaxHeadTiles; ++ht) {
+    if (ht >= head_tiles) continue;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int h = ht * kHeadTile + g + 8 * r;
+      const float l = s.l[h];
+      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+      const float lse = l > 0.0f ? (s.m[h] + log2f(l)) * kLn2 : -INFINITY;
+      const int64_t at = int64_t{row} * p.heads + head0 + h;
+      if (part_out == nullptr) {
+        Bf16* out = p.out + at * kMlaLatentDim + kDimsPerWarp * warp + 2 * t;
+#pragma unroll
+        for (int n = 0; n < kDimTiles; ++n) {
+          *reinterpret_cast<uint32_t*>(out + 8 * n) =
+              PackBf16(o[ht][n][2 * r] * inv, o[ht][n][2 * r + 1] * inv);
+        }
+        if (warp == 0 && t == 0) p.lse[at] = lse;
+      } else {
+        float* out = part_out + (at * splits + split) * kMlaLatentDim + kDimsPerWarp * warp + 2 * t;
+#pragma unroll
+        for (int n = 0; n < kDimTiles; ++n) {
+          *reinterpret_cast<float2*>(out + 8 * n) =
+              make_float2(o[ht][n][2 * r] * inv, o[ht][n][2 * r + 1] * inv);
+        }
+        if (warp == 0 && t == 0) part_lse[at * splits + split] = lse;
+      }
+    }
+  }
+}
+
+// Merges the splits of one (row, head): out = Σ exp(lse_s - lse) · out_s, lse = ln Σ exp(lse_s).
+__global__ void __launch_bounds__(128)
+    CombineSplitsKernel(SparseMlaDecodeParams p, int splits, const float* part_out,
+                        const float* part_lse) {
+  const int64_t at = blockIdx.x;  // row · heads + head
+  __shared__ float weight[kMaxSplits];
+  __shared__ float total_lse;
+  if (threadIdx.x == 0) {
+    float top = -INFINITY;
+    for (int i = 0; i < splits; ++i) top = fmaxf(top, part_lse[at * splits + i]);
+    float sum = 0.0f;
+    for (int i = 0; i < splits; ++i) {
+      weight[i] = top == -INFINITY ? 0.0f : expf(part_lse[at * splits + i] - top);
+      sum += weight[i];
+    }
+    for (int i = 0; i < splits; ++i) weight[i] = sum > 0.0f ? weight[i] / sum : 0.0f;
+    total_lse = sum > 0.0f ? top + logf(sum) : -INFINITY;
+  }
+  __syncthreads();
+  const int d = 4 * threadIdx.x;
+  float4 acc = make_float4(0, 0, 0, 0);
+  for (int i = 0; i < splits; ++i) {
+    if (weight[i] == 0.0f) continue;
+    const float4 x =
+        *reinterpret_cast<const float4*>(part_out + (at * splits + i) * kMlaLatentDim + d);
+    acc.x += weight[i] * x.x;
+    acc.y += weight[i] * x.y;
+    acc.z += weight[i] * x.z;
+    acc.w += weight[i] * x.w;
+  }
+  uint2 packed = make_uint2(PackBf16(acc.x, acc.y), PackBf16(acc.z, acc.w));
+  *reinterpret_cast<uint2*>(p.out + at * kMlaLatentDim + d) = packed;
+  if (threadIdx.x == 0) p.lse[at] = total_lse;
+}
+
+struct Plan {
+  int head_ctas = 0, num_tiles = 0, splits = 1, tiles_per_split = 0;
+};
+
+Plan PlanOf(const SparseMlaDecodeParams& p) {
+  Plan plan;
+  plan.head_ctas = (p.heads + kCtaHeads - 1) / kCtaHeads;
+  plan.num_tiles = (p.topk + kTileTokens - 1) / kTileTokens;
+  const int rows = p.batch * p.s_q;
+  plan.splits = plan.num_tiles <= 1 ? 1
+                                    : ChooseSplits(rows * plan.head_ctas, plan.num_tiles, SmCount());
+  plan.splits = plan.splits < kMaxSplits ? plan.splits : kMaxSplits;
+  plan.tiles_per_split = (plan.num_tiles + plan.splits - 1) / plan.splits;
+  if (plan.tiles_per_split > 0) {
+    plan.splits = (plan.num_tiles + plan.tiles_per_split - 1) / plan.tiles_per_split;
+  }
+  return plan;
+}
+
+}  // namespace
+
+size_t SparseMlaDecodeWorkspaceBytes(const SparseMlaDecodeParams& p) {
+  if (p.batch <= 0 || p.heads <= 0) return 0;
+  const Plan plan = PlanOf(p);
+  if (plan.splits <= 1) return 0;
+  return size_t(p.batch) * p.s_q * p.heads * plan.splits * (kMlaLatentDim + 1) * sizeof(float);
+}
+
+LaunchStatus SparseMlaDecodeLaunch(const SparseMlaDecodeParams& p, void* workspace,
+                                   size_t workspace_bytes, cudaStream_t stream) {
+  if (p.heads % kHeadTile != 0 || p.heads <= 0) {
+    return Unsupported("sparse MLA decode heads not a multiple of 16");
+  }
+  if (p.batch <= 0) return {};
+  const Plan plan = PlanOf(p);
+  const int rows = p.batch * p.s_q;
+  static const cudaError_t configured = cudaFuncSetAttribute(
+      SparseMlaDecodeTcKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(Shared));
+  if (configured != cudaSuccess) return LaunchStatus{configured, nullptr};
+  float* part_out = nullptr;
+  float* part_lse = nullptr;
+  if (plan.splits > 1) {
+    if (workspace_bytes < SparseMlaDecodeWorkspaceBytes(p)) {
+      return Unsupported("a sparse MLA decode workspace smaller than it needs");
+    }
+    part_out = static_cast<float*>(workspace);
+    part_lse = part_out + size_t(rows) * p.heads * plan.splits * kMlaLatentDim;
+  }
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(plan.head_ctas),
+                  static_cast<unsigned>(plan.splits));
+  SparseMlaDecodeTcKernel<<<grid, kThreads, sizeof(Shared), stream>>>(p, plan.tiles_per_split,
+                                                                      part_out, part_lse);
+  if (plan.splits > 1) {
+    CombineSplitsKernel<<<static_cast<unsigned>(rows * p.heads), kMlaLatentDim / 4, 0, stream>>>(
+        p, plan.splits, part_out, part_lse);
+  }
+  return LastLaunchError();
+}
+
+}  // namespace kvp
