@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
 #include "bench/fp8_math_attention.h"
+#include "bench/mla_accuracy.h"
 #include "kernels/cache_write/cache_write_ref.h"
 #include "kernels/paged_decode/paged_decode_ref.h"
 #include "kernels/synthetic/synthetic_fill.h"
@@ -258,6 +259,7 @@ absl::StatusOr<AccuracyReport> RunAccuracy(const AccuracyConfig& config) {
     report.rows.push_back(row);
   }
   ASSIGN_OR_RETURN(report.fp8_math, Fp8MathRows(config, w, reference.out));
+  ASSIGN_OR_RETURN(report.mla, RunMlaAccuracy(config));
   return report;
 }
 
@@ -286,6 +288,15 @@ std::string AccuracyTable(const AccuracyReport& r) {
     absl::StrAppend(&out, absl::StrFormat("| %s | %.4f | %.4f |\n", row.operands,
                                           row.rel_l2_vs_float_math, row.rel_l2_vs_bf16));
   }
+  const MlaAccuracy& m = r.mla;
+  absl::StrAppend(
+      &out,
+      absl::StrFormat(
+          "\nMLA pool (fp8_ds_mla) vs bf16 latents, %d heads, sparse MLA decode over every "
+          "token\n\n| bytes/token | vs bf16 | output rel. L2 | p99 | min cosine | latent rel. MSE |\n"
+          "| ---: | ---: | ---: | ---: | ---: | ---: |\n| %d | %.2fx | %.4f | %.4f | %.5f | %.5f |\n",
+          m.heads, m.bytes_per_token, double(m.bf16_bytes_per_token) / m.bytes_per_token,
+          m.output_rel_l2, m.output_rel_l2_p99, m.min_cosine, m.latent_rel_mse));
   return out;
 }
 
@@ -319,7 +330,14 @@ std::string AccuracyJson(const AccuracyReport& r, const std::string& date,
                                     row.operands, row.rel_l2_vs_float_math, row.rel_l2_vs_bf16,
                                     i + 1 < r.fp8_math.size() ? "," : ""));
   }
-  absl::StrAppend(&out, "  ]\n}\n");
+  const MlaAccuracy& m = r.mla;
+  absl::StrAppend(&out, absl::StrFormat(
+                            "  ],\n  \"mla\": {\"format\": \"fp8_ds_mla\", \"heads\": %d, "
+                            "\"bytes_per_token\": %d, \"bf16_bytes_per_token\": %d, "
+                            "\"output_rel_l2\": %.6g, \"output_rel_l2_p99\": %.6g, "
+                            "\"min_cosine\": %.8f, \"latent_rel_mse\": %.6g}\n}\n",
+                            m.heads, m.bytes_per_token, m.bf16_bytes_per_token, m.output_rel_l2,
+                            m.output_rel_l2_p99, m.min_cosine, m.latent_rel_mse));
   return out;
 }
 

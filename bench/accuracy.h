@@ -39,15 +39,27 @@ struct Fp8MathRow {
   double rel_l2_vs_bf16;        // against bf16 K/V, as output_rel_l2
 };
 
+// An MLA pool's fp8_ds_mla cache against bf16 latents (bench/mla_accuracy.h).
+struct MlaAccuracy {
+  int heads = 16;               // query heads (every one attends over the whole context)
+  int bytes_per_token = 0;      // fp8_ds_mla: 656
+  int bf16_bytes_per_token = 0; // 576 bf16 values: 1,152
+  double output_rel_l2 = 0;     // ‖o - o_bf16‖ / ‖o_bf16‖ over all outputs
+  double output_rel_l2_p99 = 0; // 99th percentile over (sequence, head) outputs
+  double min_cosine = 1;        // worst cosine similarity of one output to bf16's
+  double latent_rel_mse = 0;    // Σ(x̂ - x)² / Σ x² over the 512 latent values of every token
+};
+
 struct AccuracyReport {
   AccuracyConfig config;
   double mean_top_weight;  // average largest softmax weight: how peaked the attention is
   std::vector<AccuracyRow> rows;
   std::vector<Fp8MathRow> fp8_math;
+  MlaAccuracy mla;
 };
 
-// Runs every K/V format pair through the reference dense decode, and fp8_e4m3 + turbo3 through
-// FP8 tensor math. Prints progress to stderr.
+// Runs every K/V format pair through the reference dense decode, fp8_e4m3 + turbo3 through FP8
+// tensor math, and an MLA pool's cache through sparse MLA decode. Prints progress to stderr.
 absl::StatusOr<AccuracyReport> RunAccuracy(const AccuracyConfig& config);
 
 std::string AccuracyTable(const AccuracyReport& report);
