@@ -405,6 +405,7 @@ absl::StatusOr<AppendPlan> Broker::PlanAppend(const std::string& from, SeqId seq
     return limit;
   }
   const int64_t hit_blocks = plan.prefix_hit_tokens / pools_->layout().spec().block_size;
+  metrics_.prefix_query_tokens += tokens.size();
   metrics_.prefix_hit_tokens += plan.prefix_hit_tokens;
   metrics_.prefix_hit_blocks += hit_blocks;
   usage_[lease].prefix_hit_blocks += hit_blocks;

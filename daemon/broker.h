@@ -110,6 +110,9 @@ class Broker {
   // From now on new prefill, decode and append requests get UNAVAILABLE; jobs in flight finish.
   void StartDrain() { draining_ = true; }
   bool draining() const { return draining_; }
+  // Why kvpoold does not serve every request yet: draining, or a pool without a prefill or a
+  // decode worker (the first one). Empty when it serves: what /readyz reports.
+  std::string NotReady() const;
   bool Idle() const { return jobs_.empty(); }
 
   std::string MetricsText() const;
@@ -230,6 +233,8 @@ class Broker {
   void ReplyMigrate(const std::string& to, uint64_t request_id, SeqId seq, const Migration& m,
                     uint64_t bytes, Outbox& out);
   void FillPoolStates(capnp::List<wire::PoolState>::Builder out) const;
+  // The prefill and decode workers registered for `pool`.
+  std::pair<uint32_t, uint32_t> WorkersOf(PoolIndex pool) const;
 
   // Plans appending `tokens` (with their content digests, empty: synthetic) to `seq` in `pool` for
   // client `from` (prefill and engine append): refused while a job writes the sequence or when

@@ -349,6 +349,7 @@ std::string Broker::MetricsText() const {
     OnePoolGauges& p = g.pools.emplace_back();
     p.gpu = options_.pool_gpus[i];
     p.blocks = pool.blocks().counts();
+    p.evicted = pool.blocks().evictions();
     p.sequences = pool.sequences().size();
     p.workers = {{"prefill", 0}, {"decode", 0}};
   }

@@ -171,9 +171,8 @@ absl::Status Broker::EndMigration(SeqId seq, const Migration& m, absl::Status re
     target.Abort(seq).IgnoreError();
   }
   const char* transport = TransportName(m.transport);
-  ++metrics_.migrations[{transport, status.ok() ? "ok" : "error"}];
-  metrics_.migrated_bytes[transport] += bytes;
   const int64_t micros = clock_->NowMicros() - m.started_micros;
+  metrics_.ObserveMigration(transport, status.ok(), bytes, micros * 1e-6);
   if (status.ok()) {
     spdlog::info("sequence {} moved from pool {} to pool {} by {}: {} blocks copied, {} shared, "
                  "{} bytes, {} us", seq, m.from, m.to, transport, m.blocks_moved,
@@ -238,14 +237,31 @@ void Broker::FillPoolStates(capnp::List<wire::PoolState>::Builder out) const {
     p.setBlocksUsed(static_cast<uint64_t>(c.used));
     p.setBlocksCached(static_cast<uint64_t>(c.cached));
     p.setSequences(static_cast<uint32_t>(pool.sequences().size()));
-    uint32_t prefill = 0, decode = 0;
-    for (const auto& [lease, w] : workers_) {
-      if (w.pool != i) continue;
-      ++(w.role == Role::kPrefill ? prefill : decode);
-    }
+    const auto [prefill, decode] = WorkersOf(i);
     p.setPrefillWorkers(prefill);
     p.setDecodeWorkers(decode);
   }
+}
+
+std::pair<uint32_t, uint32_t> Broker::WorkersOf(PoolIndex pool) const {
+  uint32_t prefill = 0, decode = 0;
+  for (const auto& [lease, w] : workers_) {
+    if (w.pool != pool) continue;
+    ++(w.role == Role::kPrefill ? prefill : decode);
+  }
+  return {prefill, decode};
+}
+
+std::string Broker::NotReady() const {
+  if (draining_) return "draining";
+  for (PoolIndex i = 0; i < pools_->size(); ++i) {
+    const auto [prefill, decode] = WorkersOf(i);
+    if (prefill == 0 || decode == 0) {
+      return absl::StrCat("pool ", i, " has ", prefill, " prefill and ", decode,
+                          " decode workers; it needs one of each");
+    }
+  }
+  return "";
 }
 
 }  // namespace kvp

@@ -30,6 +30,17 @@ void BrokerMetrics::ObserveJob(const std::string& kind, const std::string& outco
   it->second.Observe(seconds);
 }
 
+void BrokerMetrics::ObserveMigration(const std::string& transport, bool ok, uint64_t bytes,
+                                     double seconds) {
+  ++migrations[{transport, ok ? "ok" : "error"}];
+  migrated_bytes[transport] += bytes;
+  auto it = migration_seconds.find(transport);
+  if (it == migration_seconds.end()) {
+    it = migration_seconds.emplace(transport, Histogram(JobLatencyBounds())).first;
+  }
+  it->second.Observe(seconds);
+}
+
 namespace {
 
 void Header(std::string& out, const char* name, const char* type, const char* help) {
@@ -37,6 +48,24 @@ void Header(std::string& out, const char* name, const char* type, const char* he
 }
 
 std::string Number(double v) { return absl::StrFormat("%.9g", v); }
+
+// One histogram family: a histogram per value of `label`.
+void Histograms(std::string& out, const char* name, const char* help, const char* label,
+                const std::map<std::string, Histogram>& by_label) {
+  Header(out, name, "histogram", help);
+  for (const auto& [value, h] : by_label) {
+    const std::string key = absl::StrCat(label, "=\"", value, "\"");
+    uint64_t cumulative = 0;
+    for (size_t i = 0; i < h.bounds().size(); ++i) {
+      cumulative += h.counts()[i];
+      absl::StrAppend(&out, name, "_bucket{", key, ",le=\"", Number(h.bounds()[i]), "\"} ",
+                      cumulative, "\n");
+    }
+    absl::StrAppend(&out, name, "_bucket{", key, ",le=\"+Inf\"} ", h.count(), "\n");
+    absl::StrAppend(&out, name, "_sum{", key, "} ", Number(h.sum()), "\n");
+    absl::StrAppend(&out, name, "_count{", key, "} ", h.count(), "\n");
+  }
+}
 
 }  // namespace
 
@@ -64,8 +93,11 @@ std::string RenderPrometheus(const BrokerMetrics& m, const PoolGauges& g) {
   }
   Header(out, "kvpool_workers", "gauge", "Registered workers of each pool by role.");
   for (size_t i = 0; i < g.pools.size(); ++i) {
-    for (const auto& [role, n] : g.pools[i].workers) {
-      absl::StrAppend(&out, "kvpool_workers{", labels(i), ",role=\"", role, "\"} ", n, "\n");
+    // Both roles always, 0 included: an alert on a missing role needs the series to exist.
+    for (const char* role : {"prefill", "decode"}) {
+      const auto it = g.pools[i].workers.find(role);
+      absl::StrAppend(&out, "kvpool_workers{", labels(i), ",role=\"", role, "\"} ",
+                      it == g.pools[i].workers.end() ? 0 : it->second, "\n");
     }
   }
   Header(out, "kvpool_migrations_total", "counter",
@@ -77,6 +109,15 @@ std::string RenderPrometheus(const BrokerMetrics& m, const PoolGauges& g) {
   Header(out, "kvpool_migrated_bytes_total", "counter", "Bytes moved between pools, by transport.");
   for (const auto& [transport, n] : m.migrated_bytes) {
     absl::StrAppend(&out, "kvpool_migrated_bytes_total{transport=\"", transport, "\"} ", n, "\n");
+  }
+  Histograms(out, "kvpool_migration_seconds",
+             "Time from planning a move between pools to its commit (or failure), by transport.",
+             "transport", m.migration_seconds);
+  Header(out, "kvpool_evicted_blocks_total", "counter",
+         "Cached (prefix) blocks of each pool evicted to make room for new ones.");
+  for (size_t i = 0; i < g.pools.size(); ++i) {
+    absl::StrAppend(&out, "kvpool_evicted_blocks_total{", labels(i), "} ", g.pools[i].evicted,
+                    "\n");
   }
   Header(out, "kvpool_jobs_queued", "gauge", "Jobs waiting for a worker.");
   absl::StrAppend(&out, "kvpool_jobs_queued ", g.jobs_queued, "\n");
@@ -128,19 +169,8 @@ std::string RenderPrometheus(const BrokerMetrics& m, const PoolGauges& g) {
     absl::StrAppend(&out, "kvpool_jobs_total{kind=\"", key.first, "\",outcome=\"", key.second,
                     "\"} ", n, "\n");
   }
-  Header(out, "kvpool_job_seconds", "histogram", "Time from request to reply of worker jobs.");
-  for (const auto& [kind, h] : m.job_seconds) {
-    uint64_t cumulative = 0;
-    for (size_t i = 0; i < h.bounds().size(); ++i) {
-      cumulative += h.counts()[i];
-      absl::StrAppend(&out, "kvpool_job_seconds_bucket{kind=\"", kind, "\",le=\"",
-                      Number(h.bounds()[i]), "\"} ", cumulative, "\n");
-    }
-    absl::StrAppend(&out, "kvpool_job_seconds_bucket{kind=\"", kind, "\",le=\"+Inf\"} ", h.count(),
-                    "\n");
-    absl::StrAppend(&out, "kvpool_job_seconds_sum{kind=\"", kind, "\"} ", Number(h.sum()), "\n");
-    absl::StrAppend(&out, "kvpool_job_seconds_count{kind=\"", kind, "\"} ", h.count(), "\n");
-  }
+  Histograms(out, "kvpool_job_seconds", "Time from request to reply of worker jobs.", "kind",
+             m.job_seconds);
   Header(out, "kvpool_jobs_requeued_total", "counter", "Jobs re-sent after their worker died.");
   absl::StrAppend(&out, "kvpool_jobs_requeued_total ", m.jobs_requeued, "\n");
   Header(out, "kvpool_leases_reaped_total", "counter", "Leases that expired and were reaped.");
@@ -149,6 +179,10 @@ std::string RenderPrometheus(const BrokerMetrics& m, const PoolGauges& g) {
   absl::StrAppend(&out, "kvpool_prefix_hit_blocks_total ", m.prefix_hit_blocks, "\n");
   Header(out, "kvpool_prefix_hit_tokens_total", "counter", "Tokens not written thanks to prefix hits.");
   absl::StrAppend(&out, "kvpool_prefix_hit_tokens_total ", m.prefix_hit_tokens, "\n");
+  Header(out, "kvpool_prefix_query_tokens_total", "counter",
+         "Tokens of prefills and appends looked up in the prefix cache (hits over queries: the "
+         "hit rate).");
+  absl::StrAppend(&out, "kvpool_prefix_query_tokens_total ", m.prefix_query_tokens, "\n");
   Header(out, "kvpool_nonfinite_rejections_total", "counter",
          "Requests refused for NaN or Inf in their tensors.");
   absl::StrAppend(&out, "kvpool_nonfinite_rejections_total ", m.rejected_nonfinite, "\n");

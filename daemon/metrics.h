@@ -41,18 +41,22 @@ struct BrokerMetrics {
   uint64_t leases_reaped = 0;
   uint64_t prefix_hit_blocks = 0;
   uint64_t prefix_hit_tokens = 0;
+  uint64_t prefix_query_tokens = 0;               // tokens looked up in the prefix cache
   uint64_t rejected_nonfinite = 0;                // requests with NaN or Inf in their tensors
   mutable std::map<std::string, uint64_t> limit_refusals;  // by client limit (blocks, requests)
   std::map<std::pair<std::string, std::string>, uint64_t> migrations;  // (transport, outcome)
   std::map<std::string, uint64_t> migrated_bytes;                      // by transport
+  std::map<std::string, Histogram> migration_seconds;                  // by transport
 
   void ObserveJob(const std::string& kind, const std::string& outcome, double seconds);
+  void ObserveMigration(const std::string& transport, bool ok, uint64_t bytes, double seconds);
 };
 
 // One pool now.
 struct OnePoolGauges {
   int gpu = -1;  // -1: host arena
   PoolCounts blocks;
+  uint64_t evicted = 0;  // cached blocks evicted since the start
   uint64_t sequences = 0;
   std::map<std::string, uint64_t> workers;  // by role
 };

@@ -62,6 +62,7 @@ void BlockAllocator::Evict(BlockId b) {
   blk.indexed = false;
   blk.prefix = PrefixKey();
   --counts_.cached;
+  ++evictions_;
 }
 
 absl::Status BlockAllocator::Commit(LeaseId lease, BlockId block, std::optional<PrefixKey> prefix) {

@@ -101,6 +101,8 @@ class BlockAllocator {
   bool IsCommitted(BlockId block) const;
   int32_t RefCount(BlockId block) const;
   PoolCounts counts() const { return counts_; }
+  // Cached blocks evicted to make room since this allocator was made (not restored: a counter).
+  uint64_t evictions() const { return evictions_; }
 
   // Checks invariants 1-4 over the whole pool; O(blocks). For tests and debug builds.
   absl::Status CheckInvariants() const;
@@ -159,6 +161,7 @@ class BlockAllocator {
   absl::flat_hash_map<uint64_t, BlockId> prefix_index_;
   absl::flat_hash_map<LeaseId, LeaseHoldings> leases_;
   PoolCounts counts_;
+  uint64_t evictions_ = 0;
   absl::flat_hash_set<BlockId>* index_changes_ = nullptr;
   absl::flat_hash_set<BlockId>* reserve_changes_ = nullptr;
 };

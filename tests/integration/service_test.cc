@@ -472,6 +472,28 @@ TEST(ServiceTest, MetricsAndHealthAreServedOverHttp) {
   EXPECT_THAT(metrics->body, HasSubstr("kvpool_workers{pool=\"0\",gpu=\"host\",role=\"decode\"} 1"));
   EXPECT_THAT(metrics->body, HasSubstr("kvpool_jobs_total{kind=\"decode\",outcome=\"ok\"} 1"));
   EXPECT_THAT(metrics->body, HasSubstr("kvpool_job_seconds_count{kind=\"prefill\"} 1"));
+  EXPECT_THAT(metrics->body, HasSubstr("kvpool_prefix_query_tokens_total 100"));
+  EXPECT_THAT(metrics->body, HasSubstr("kvpool_evicted_blocks_total{pool=\"0\",gpu=\"host\"} 0"));
+  httplib::Result live = http.Get("/livez");
+  ASSERT_TRUE(live);
+  EXPECT_EQ(live->status, 200);
+  httplib::Result ready = http.Get("/readyz");
+  ASSERT_TRUE(ready);
+  EXPECT_EQ(ready->status, 200) << ready->body;
+
+  // Without a decode worker kvpoold is alive but not ready, and says what it lacks.
+  ASSERT_EQ(service->Stop(service->decode_workers()[0], SIGKILL), 128 + SIGKILL);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  do {
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    ready = http.Get("/readyz");
+    ASSERT_TRUE(ready);
+  } while (ready->status == 200 && std::chrono::steady_clock::now() < deadline);
+  EXPECT_EQ(ready->status, 503);
+  EXPECT_THAT(ready->body, HasSubstr("pool 0 has 1 prefill and 0 decode workers"));
+  live = http.Get("/livez");
+  ASSERT_TRUE(live);
+  EXPECT_EQ(live->status, 200);
 
   // While it drains, /healthz says so.
   EnvelopeBuilder prefill = client.NewRequest();

@@ -46,6 +46,7 @@ TEST(BlockAllocatorTest, ReleasedPrefixBlocksAreCachedThenEvictedLeastRecentFirs
   EXPECT_EQ(a.FindPrefix(Key({1})), b[1]);
   auto two = a.Reserve(2, 2).value();  // the free one, then evicts b[1] (oldest)
   EXPECT_EQ(two, (std::vector<BlockId>{b[2], b[1]}));
+  EXPECT_EQ(a.evictions(), 1u);
   EXPECT_FALSE(a.FindPrefix(Key({1})).has_value());
   EXPECT_EQ(a.FindPrefix(Key({0})), b[0]);
   // A prefix hit takes the cached block back into use.
