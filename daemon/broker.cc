@@ -7,6 +7,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "base/log_context.h"
 #include "base/status_macros.h"
 #include "protocol/activations_codec.h"
 #include "protocol/capabilities_codec.h"
@@ -98,6 +99,8 @@ const char* Broker::Handle(const std::string& from, std::vector<zmq::message_t> 
     return "malformed";
   }
   const wire::Envelope::Reader envelope = (*parsed)->envelope();
+  // Logs of this request carry its id and client (journal fields under systemd).
+  const ScopedLogContext log_context(envelope.getRequestId(), from);
   const char* kind = BodyName(envelope.getBody().which());
   const char* body = BodyFieldName(envelope.getBody().which());
   if (receive_hook_) receive_hook_(body);

@@ -26,6 +26,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "base/flag_file.h"
+#include "base/journal_sink.h"
 #include "base/malloc_tuning.h"
 #include "base/status_macros.h"
 #include "daemon/broker.h"
@@ -524,7 +525,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvpoold: %s\n", args.status().ToString().c_str());
     return 2;
   }
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ kvpoold[%P] %v");
+  kvp::InstallLogger("kvpoold");
   const absl::Status status = kvp::Main();
   if (!status.ok()) {
     spdlog::error("{}", status.ToString());

@@ -10,6 +10,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "base/flag_file.h"
+#include "base/journal_sink.h"
 #include "base/malloc_tuning.h"
 #include "protocol/endpoints.h"
 #include "worker/worker_loop.h"
@@ -40,7 +41,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "kvpool-worker: %s\n", args.status().ToString().c_str());
     return 2;
   }
-  spdlog::set_pattern("%Y-%m-%dT%H:%M:%S.%e %^%l%$ kvpool-worker[%P] %v");
+  kvp::InstallLogger("kvpool-worker");
   kvp::WorkerOptions options;
   const std::string role = absl::GetFlag(FLAGS_role);
   if (role != "prefill" && role != "decode") {
