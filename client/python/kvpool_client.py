@@ -23,6 +23,7 @@ that a sequence was lost with its predecessor.
 import itertools
 import os
 import struct
+import sys
 import time
 
 import capnp  # pycapnp
@@ -32,7 +33,8 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _SCHEMA_CANDIDATES = [
     os.environ.get("KVPOOL_SCHEMA", ""),
     os.path.join(_HERE, "..", "..", "protocol", "kvpool.capnp"),  # a source checkout
-    os.path.join(_HERE, "..", "kvpool.capnp"),  # installed: share/kvpool/
+    os.path.join(sys.prefix, "share", "kvpool", "kvpool.capnp"),  # installed (the .deb: /usr)
+    "/usr/share/kvpool/kvpool.capnp",
 ]
 
 
