@@ -3,6 +3,7 @@
 usage: python_client_test.py KVPOOLD KVPOOL_WORKER   (exits 77, skipped, without pycapnp/pyzmq)
 """
 import os
+import random
 import shutil
 import signal
 import socket
@@ -22,34 +23,23 @@ except ImportError as e:
 KVPOOLD, WORKER = sys.argv[1], sys.argv[2]
 
 
-class PythonClientTest(unittest.TestCase):
+class ServiceTestCase(unittest.TestCase):
+    """A kvpoold (host backend) and its workers in a fresh runtime directory for the whole class."""
+
     @classmethod
-    def setUpClass(cls):
-        cls.dir = tempfile.mkdtemp(prefix="kvpool-py-")
+    def start_service(cls, daemon_flags, workers, name):
+        """workers: (role, pool or None); waits until all have registered."""
         common = ["--runtime_dir=" + cls.dir]
-        # A tcp:// endpoint too, for a CURVE client whose key kvpoold lists.
-        cls.server_public, server_secret = [k.decode() for k in kvpool_client.zmq.curve_keypair()]
-        cls.client_public, cls.client_secret = [k.decode() for k in kvpool_client.zmq.curve_keypair()]
-        with open(os.path.join(cls.dir, "server.key"), "w") as f:
-            f.write(server_secret + "\n")
-        with open(os.path.join(cls.dir, "clients"), "w") as f:
-            f.write("# the test's client\n" + cls.client_public + "\n")
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            cls.tcp = "tcp://127.0.0.1:%d" % s.getsockname()[1]
-        cls.procs = [subprocess.Popen([KVPOOLD, "--backend=host", "--pools=2", "--arena_mib=64",
-                                       "--layers=2",
-                                       "--topk=64", "--metrics_port=-1", "--tcp_endpoint=" + cls.tcp,
-                                       "--curve_secret_key_file=" + os.path.join(cls.dir, "server.key"),
-                                       "--curve_clients_file=" + os.path.join(cls.dir, "clients")]
-                                      + common)]
-        for role, pool in (("prefill", 0), ("decode", 0), ("decode", 1)):
-            cls.procs.append(subprocess.Popen([WORKER, "--role=" + role, "--backend=host",
-                                               "--pool=%d" % pool] + common))
-        cls.client = kvpool_client.KvpoolClient("ipc://%s/kvpoold.sock" % cls.dir, name="py-test",
+        cls.procs = [subprocess.Popen([KVPOOLD, "--backend=host", "--arena_mib=64",
+                                       "--metrics_port=-1"] + daemon_flags + common)]
+        for role, pool in workers:
+            flags = ["--pool=%d" % pool] if pool is not None else []
+            cls.procs.append(subprocess.Popen([WORKER, "--role=" + role, "--backend=host"]
+                                              + flags + common))
+        cls.client = kvpool_client.KvpoolClient("ipc://%s/kvpoold.sock" % cls.dir, name=name,
                                                 timeout_ms=20000)
         deadline = time.time() + 20
-        while cls.client.health()["workers"] < 3:
+        while cls.client.health()["workers"] < len(workers):
             if time.time() > deadline:
                 raise RuntimeError("workers did not register")
             time.sleep(0.05)
@@ -62,6 +52,26 @@ class PythonClientTest(unittest.TestCase):
         for p in cls.procs:
             p.wait(timeout=30)
         shutil.rmtree(cls.dir, ignore_errors=True)
+
+
+class PythonClientTest(ServiceTestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.dir = tempfile.mkdtemp(prefix="kvpool-py-")
+        # A tcp:// endpoint too, for a CURVE client whose key kvpoold lists.
+        cls.server_public, server_secret = [k.decode() for k in kvpool_client.zmq.curve_keypair()]
+        cls.client_public, cls.client_secret = [k.decode() for k in kvpool_client.zmq.curve_keypair()]
+        with open(os.path.join(cls.dir, "server.key"), "w") as f:
+            f.write(server_secret + "\n")
+        with open(os.path.join(cls.dir, "clients"), "w") as f:
+            f.write("# the test's client\n" + cls.client_public + "\n")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            cls.tcp = "tcp://127.0.0.1:%d" % s.getsockname()[1]
+        cls.start_service(["--pools=2", "--layers=2", "--topk=64", "--tcp_endpoint=" + cls.tcp,
+                           "--curve_secret_key_file=" + os.path.join(cls.dir, "server.key"),
+                           "--curve_clients_file=" + os.path.join(cls.dir, "clients")],
+                          [("prefill", 0), ("decode", 0), ("decode", 1)], "py-test")
 
     def test_prefill_on_one_pool_decode_on_the_other(self):
         tokens = [t * 3 + 1 for t in range(130)]
@@ -132,7 +142,7 @@ class PythonClientTest(unittest.TestCase):
         self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
 
 
-class MlaPoolTest(unittest.TestCase):
+class MlaPoolTest(ServiceTestCase):
     """An MLA pool (kvpoold --pool_kind=mla) prefilled and decoded with the client's own tensors."""
 
     LAYERS, TOKENS, HEADS = 2, 40, 16
@@ -140,33 +150,11 @@ class MlaPoolTest(unittest.TestCase):
     @classmethod
     def setUpClass(cls):
         cls.dir = tempfile.mkdtemp(prefix="kvpool-py-mla-")
-        common = ["--runtime_dir=" + cls.dir]
-        cls.procs = [subprocess.Popen([KVPOOLD, "--backend=host", "--pool_kind=mla",
-                                       "--arena_mib=64", "--layers=%d" % cls.LAYERS,
-                                       "--q_heads=%d" % cls.HEADS, "--topk=64",
-                                       "--metrics_port=-1"] + common)]
-        for role in ("prefill", "decode"):
-            cls.procs.append(subprocess.Popen([WORKER, "--role=" + role, "--backend=host"]
-                                              + common))
-        cls.client = kvpool_client.KvpoolClient("ipc://%s/kvpoold.sock" % cls.dir, name="py-mla",
-                                                timeout_ms=20000)
-        deadline = time.time() + 20
-        while cls.client.health()["workers"] < 2:
-            if time.time() > deadline:
-                raise RuntimeError("workers did not register")
-            time.sleep(0.05)
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.client.close()
-        for p in cls.procs:
-            p.send_signal(signal.SIGTERM)
-        for p in cls.procs:
-            p.wait(timeout=30)
-        shutil.rmtree(cls.dir, ignore_errors=True)
+        cls.start_service(["--pool_kind=mla", "--layers=%d" % cls.LAYERS,
+                           "--q_heads=%d" % cls.HEADS, "--topk=64"],
+                          [("prefill", None), ("decode", None)], "py-mla")
 
     def test_a_query_that_points_at_one_token_reads_its_latent(self):
-        import random
         rng = random.Random(7)
         n = self.TOKENS
         latent = [[rng.gauss(0, 1) for _ in range(n * 512)] for _ in range(self.LAYERS)]
