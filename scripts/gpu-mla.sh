@@ -5,7 +5,7 @@
 #     share the index-key write) and the service on the cuda backend for both pool kinds,
 #   - `kvpool-bench kernels --only=mla` beside the PyTorch MLA baselines, merged (kernels-mla-h200.json),
 #   - a 61-layer DeepSeek-V3.2-shaped MLA pool through the service: kvpoolctl bench-decode at batch
-#     64 and 32k context (service-decode-mla-h200.json).
+#     64 and 32k context, with the last layer's outputs and without (service-decode-mla*-h200.json).
 #   scripts/gpu-mla.sh OUT_DIR [STEPS]
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
@@ -35,9 +35,14 @@ gpu-bundle/run kvpool-worker --runtime_dir="$dir" --role=prefill >"$out/prefill.
 prefill=$!
 gpu-bundle/run kvpool-worker --runtime_dir="$dir" --role=decode >"$out/decode.log" 2>&1 &
 decode=$!
-gpu-bundle/run kvpoolctl bench-decode --endpoint="ipc://$dir/kvpoold.sock" --device="$device" \
-  --pool_kind=mla --batch=64 --context=32768 --steps="$steps" --outputs=last \
-  --out="$out/service-decode-mla-h200.json" 2>&1 | tail -15 || status=1
+# The last layer's outputs returned (what a client inspecting them gets), then lengths only (what a
+# full model's decode step returns).
+for outputs in last none; do
+  suffix=$([ $outputs = last ] && echo "" || echo "-none")
+  gpu-bundle/run kvpoolctl bench-decode --endpoint="ipc://$dir/kvpoold.sock" --device="$device" \
+    --pool_kind=mla --batch=64 --context=32768 --steps="$steps" --outputs=$outputs \
+    --out="$out/service-decode-mla$suffix-h200.json" 2>&1 | tail -7 || status=1
+done
 kill -TERM "$daemon" "$prefill" "$decode" 2>/dev/null
 wait "$daemon" "$prefill" "$decode" 2>/dev/null
 tail -5 "$out"/kvpoold.log "$out"/decode.log

@@ -34,16 +34,14 @@ constexpr int kTileTokens = 64;
 constexpr int kThreads = 512;  // 16 warps: four a scheduler to hide the mma and ldmatrix latencies
 constexpr int kWarps = kThreads / 32;
 constexpr int kHeadTile = 16;
-constexpr int kMaxHeadTiles = 4;
-constexpr int kCtaHeads = kHeadTile * kMaxHeadTiles;  // 64
+constexpr int kMaxHeadTiles = 4;                      // 64 heads a CTA at most
 constexpr int kTokenGroups = 4;                       // of 16 tokens: the QK^T split of a tile
-// QK^T: warp w takes token group w % 4 and head tiles w / 4 + j · (warps / 4), j < this.
-constexpr int kQkTilesPerWarp = kMaxHeadTiles * kTokenGroups / kWarps;
-constexpr int kQkTileStep = kWarps / kTokenGroups;
+// QK^T: warp w takes token group w % 4 of head tile w / 4 (warps past the CTA's tiles wait).
+static_assert(kMaxHeadTiles * kTokenGroups <= kWarps);
 // PV: warp w owns output dims [w · kDimsPerWarp, (w + 1) · kDimsPerWarp) of every head tile.
 constexpr int kDimsPerWarp = kMlaLatentDim / kWarps;
 constexpr int kDimTiles = kDimsPerWarp / 8;
-static_assert(kQkTilesPerWarp == 1 || kQkTilesPerWarp == 2);
+
 // Rows padded by 16 bytes: the eight rows an ldmatrix reads fall in eight different bank groups.
 constexpr int kRowElems = kMlaInputDim + 8;  // 584
 constexpr int kPRowElems = kTileTokens + 8;  // 72
@@ -54,16 +52,20 @@ constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kMaxSplits = 64;
 
+// kTiles head tiles a CTA; kStages tiles' entries in flight (what shared memory leaves room for:
+// fewer heads, smaller queries, more tiles ahead to hide the gather's latency).
+template <int kTiles, int kStages>
 struct Shared {
-  uint16_t q[kCtaHeads][kRowElems];   // the CTA's queries, bf16
-  uint16_t k[kTileTokens][kRowElems]; // the tile dequantized: latent (also V) then RoPE
-  uint16_t p[kCtaHeads][kPRowElems];  // softmax weights of the tile, bf16
-  alignas(16) uint8_t raw[kTileTokens][kMlaTokenBytes];  // the next tile's entries, as stored
-  const uint8_t* src[kTileTokens];  // where the next tile's entries are; null: an unused slot
-  float part_max[kTokenGroups][kCtaHeads];
-  float part_sum[kTokenGroups][kCtaHeads];
-  float m[kCtaHeads];  // running maximum of the scores, log2 domain
-  float l[kCtaHeads];  // running sum of exp2(score - m)
+  static constexpr int kHeads = kTiles * kHeadTile;
+  uint16_t q[kHeads][kRowElems];       // the CTA's queries, bf16
+  uint16_t k[kTileTokens][kRowElems];  // the tile dequantized: latent (also V) then RoPE
+  uint16_t p[kHeads][kPRowElems];      // softmax weights of the tile, bf16
+  alignas(16) uint8_t raw[kStages][kTileTokens][kMlaTokenBytes];  // coming tiles, as stored
+  const uint8_t* src[kStages][kTileTokens];  // where they are; null: an unused slot
+  float part_max[kTokenGroups][kHeads];
+  float part_sum[kTokenGroups][kHeads];
+  float m[kHeads];  // running maximum of the scores, log2 domain
+  float l[kHeads];  // running sum of exp2(score - m)
 };
 
 __device__ __forceinline__ void MmaBf16(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
@@ -86,14 +88,16 @@ __device__ __forceinline__ uint32_t DequantizePair(uint32_t two_codes, float sca
   return PackBf16(f.x * scale, f.y * scale);
 }
 
+template <int kTiles, int kStages>
 __global__ void __launch_bounds__(kThreads, 1)
     SparseMlaDecodeTcKernel(SparseMlaDecodeParams p, int tiles_per_split, float* part_out,
                             float* part_lse) {
   extern __shared__ __align__(16) uint8_t shared_bytes[];
-  Shared& s = *reinterpret_cast<Shared*>(shared_bytes);
+  using SharedMemory = Shared<kTiles, kStages>;
+  SharedMemory& s = *reinterpret_cast<SharedMemory*>(shared_bytes);
   const int row = blockIdx.x;
-  const int head0 = blockIdx.y * kCtaHeads;
-  const int head_tiles = min(kMaxHeadTiles, (p.heads - head0) / kHeadTile);
+  const int head0 = blockIdx.y * SharedMemory::kHeads;
+  const int head_tiles = min(kTiles, (p.heads - head0) / kHeadTile);
   const int cta_heads = head_tiles * kHeadTile;
   const int split = blockIdx.z, splits = gridDim.z;
   const int num_tiles = (p.topk + kTileTokens - 1) / kTileTokens;
@@ -108,97 +112,89 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int h = i / kRowChunks, c = i % kRowChunks;
     cp_async::Copy<16>(&s.q[h][c * 8], q + h * kMlaInputDim + c * 8, 16);
   }
-  // Threads [0, 64) find the entries of a tile's tokens once (one 32-bit division each), for
-  // load_tile after the next barrier.
+  // Threads [0, 64) find the entries of a tile's tokens once (one 32-bit division each) for the
+  // tile's stage, read by load_tile after the next barrier.
   auto locate_tile = [&](int tile) {
     if (tid >= kTileTokens) return;
     const int k = tile * kTileTokens + tid;
     const int32_t slot = k < p.topk ? __ldg(slots + k) : -1;
     const int32_t block = slot / p.cache.block_size, offset = slot % p.cache.block_size;
-    s.src[tid] = slot >= 0 ? p.cache.Latent(block, offset) : nullptr;
+    s.src[(tile - first_tile) % kStages][tid] = slot >= 0 ? p.cache.Latent(block, offset) : nullptr;
   };
-  auto load_tile = [&]() {
-    for (int i = tid; i < kTileTokens * kTokenChunks; i += kThreads) {
-      const int j = i / kTokenChunks, c = i % kTokenChunks;
-      const uint8_t* src = s.src[j];
-      cp_async::Copy<16>(&s.raw[j][c * 16], src != nullptr ? src + c * 16 : p.cache.base,
-                         src != nullptr ? 16 : 0);
+  // One cp.async group a tile (an empty one past the end: Wait counts groups).
+  auto load_tile = [&](int tile) {
+    if (tile < end_tile) {
+      const int stage = (tile - first_tile) % kStages;
+      for (int i = tid; i < kTileTokens * kTokenChunks; i += kThreads) {
+        const int j = i / kTokenChunks, c = i % kTokenChunks;
+        const uint8_t* src = s.src[stage][j];
+        cp_async::Copy<16>(&s.raw[stage][j][c * 16], src != nullptr ? src + c * 16 : p.cache.base,
+                           src != nullptr ? 16 : 0);
+      }
     }
     cp_async::Commit();
   };
-  if (tid < kCtaHeads) {
+  if (tid < SharedMemory::kHeads) {
     s.m[tid] = -INFINITY;
     s.l[tid] = 0.0f;
   }
-  if (first_tile < end_tile) {
-    locate_tile(first_tile);
-    __syncthreads();
-    load_tile();
+  for (int i = 0; i < kStages; ++i) {
+    if (first_tile + i < end_tile) locate_tile(first_tile + i);
   }
-  cp_async::Commit();
+  __syncthreads();
+  for (int i = 0; i < kStages; ++i) load_tile(first_tile + i);  // the queries join the first
 
   const int group = warp % kTokenGroups;  // QK^T: tokens [16 group, 16 group + 16)
   const float score_scale = p.softmax_scale * kLog2e;
-  float o[kMaxHeadTiles][kDimTiles][4] = {};
+  float o[kTiles][kDimTiles][4] = {};
   for (int tile = first_tile; tile < end_tile; ++tile) {
-    cp_async::Wait<0>();
+    const int stage = (tile - first_tile) % kStages;
+    cp_async::Wait<kStages - 1>();
     __syncthreads();  // the tile's entries are here; the last tile's k and p are consumed
     for (int i = tid; i < kTileTokens * kRowChunks; i += kThreads) {
       const int j = i / kRowChunks, c = i % kRowChunks;
+      const uint8_t* raw = s.raw[stage][j];
       uint4 v;
       if (c < kLatentChunks) {
-        const uint2 codes = *reinterpret_cast<const uint2*>(&s.raw[j][c * 8]);
-        const float scale =
-            *reinterpret_cast<const float*>(&s.raw[j][kMlaScalesOffset + 4 * (c / 16)]);
+        const uint2 codes = *reinterpret_cast<const uint2*>(raw + c * 8);
+        const float scale = *reinterpret_cast<const float*>(raw + kMlaScalesOffset + 4 * (c / 16));
         v = make_uint4(DequantizePair(codes.x, scale), DequantizePair(codes.x >> 16, scale),
                        DequantizePair(codes.y, scale), DequantizePair(codes.y >> 16, scale));
       } else {
-        v = *reinterpret_cast<const uint4*>(&s.raw[j][kMlaRopeOffset + (c - kLatentChunks) * 16]);
+        v = *reinterpret_cast<const uint4*>(raw + kMlaRopeOffset + (c - kLatentChunks) * 16);
       }
       *reinterpret_cast<uint4*>(&s.k[j][c * 8]) = v;
     }
-    if (tile + 1 < end_tile) locate_tile(tile + 1);
-    __syncthreads();  // k is complete, raw is free, the next tile located
-    if (tile + 1 < end_tile) load_tile();
+    if (tile + kStages < end_tile) locate_tile(tile + kStages);
+    __syncthreads();  // k is complete, the stage's raw entries free, the tile after located
+    load_tile(tile + kStages);
 
-    // S = q K^T for this warp's 16 tokens and head tiles (kQkTilesPerWarp), the fragments
-    // of step ks + 1 loaded while step ks multiplies. Even and odd steps accumulate apart (summed
-    // after): twice the independent mma chains, which the profile showed waiting on each other.
+    // S = q K^T for this warp's 16 tokens of head tile warp / 4, the fragments of step ks + 1
+    // loaded while step ks multiplies. Even and odd steps accumulate apart (summed after).
     const int ht0 = warp / kTokenGroups;
-    const bool two = kQkTilesPerWarp == 2 && ht0 + kQkTileStep < head_tiles;
-    float sc[2][2][4] = {};
+    float sc[2][4] = {};
     if (ht0 < head_tiles) {
-      float odd[2][2][4] = {};
-      uint32_t b[2][4], a[2][2][4];
+      float odd[2][4] = {};
+      uint32_t b[2][4], a[2][4];
       const uint16_t* k_row = &s.k[16 * group + lane % 8 + (lane / 16) * 8][((lane / 8) % 2) * 8];
-      const uint16_t* q_row0 = &s.q[ht0 * kHeadTile + lane % 16][(lane / 16) * 8];
-      const uint16_t* q_row1 = q_row0 + kQkTileStep * kHeadTile * kRowElems;
+      const uint16_t* q_row = &s.q[ht0 * kHeadTile + lane % 16][(lane / 16) * 8];
       mma::LoadMatrices(k_row, b[0]);
-      mma::LoadMatrices(q_row0, a[0][0]);
-      if (two) mma::LoadMatrices(q_row1, a[0][1]);
+      mma::LoadMatrices(q_row, a[0]);
 #pragma unroll
       for (int ks = 0; ks < kMlaInputDim / 16; ++ks) {
         const int cur = ks % 2;
         if (ks + 1 < kMlaInputDim / 16) {
           mma::LoadMatrices(k_row + (ks + 1) * 16, b[cur ^ 1]);
-          mma::LoadMatrices(q_row0 + (ks + 1) * 16, a[cur ^ 1][0]);
-          if (two) mma::LoadMatrices(q_row1 + (ks + 1) * 16, a[cur ^ 1][1]);
+          mma::LoadMatrices(q_row + (ks + 1) * 16, a[cur ^ 1]);
         }
-        float (&acc)[2][2][4] = cur == 0 ? sc : odd;
-        MmaBf16(acc[0][0], a[cur][0], b[cur][0], b[cur][1]);
-        MmaBf16(acc[0][1], a[cur][0], b[cur][2], b[cur][3]);
-        if (two) {
-          MmaBf16(acc[1][0], a[cur][1], b[cur][0], b[cur][1]);
-          MmaBf16(acc[1][1], a[cur][1], b[cur][2], b[cur][3]);
-        }
+        float (&acc)[2][4] = cur == 0 ? sc : odd;
+        MmaBf16(acc[0], a[cur], b[cur][0], b[cur][1]);
+        MmaBf16(acc[1], a[cur], b[cur][2], b[cur][3]);
       }
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
+      for (int n = 0; n < 2; ++n) {
 #pragma unroll
-        for (int n = 0; n < 2; ++n) {
-#pragma unroll
-          for (int c = 0; c < 4; ++c) sc[i][n][c] += odd[i][n][c];
-        }
+        for (int c = 0; c < 4; ++c) sc[n][c] += odd[n][c];
       }
     }
     // Scores in the log2 domain; -inf for unused slots. Lane: heads g, g + 8 of a tile; tokens
@@ -213,16 +209,14 @@ __global__ void __launch_bounds__(kThreads, 1)
         valid[n][e] = k < p.topk && __ldg(slots + k) >= 0;
       }
     }
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int ht = warp / kTokenGroups + kQkTileStep * i;
-      if (i >= kQkTilesPerWarp || ht >= head_tiles) continue;
+    if (ht0 < head_tiles) {
+      const int ht = ht0;
       float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
       for (int n = 0; n < 2; ++n) {
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-          float& x = sc[i][n][c];
+          float& x = sc[n][c];
           x = valid[n][c % 2] ? x * score_scale : -INFINITY;
           mx[c / 2] = fmaxf(mx[c / 2], x);
         }
@@ -243,19 +237,16 @@ __global__ void __launch_bounds__(kThreads, 1)
       for (int j = 0; j < kTokenGroups; ++j) m = fmaxf(m, s.part_max[j][h]);
       return m;
     };
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int ht = warp / kTokenGroups + kQkTileStep * i;
-      if (i >= kQkTilesPerWarp || ht >= head_tiles) continue;
+    if (ht0 < head_tiles) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        const int h = ht * kHeadTile + g + 8 * r;
+        const int h = ht0 * kHeadTile + g + 8 * r;
         const float m = new_max(h);
         const float m_use = m == -INFINITY ? 0.0f : m;  // a head with nothing valid yet
         float sum = 0.0f;
 #pragma unroll
         for (int n = 0; n < 2; ++n) {
-          const float e0 = exp2f(sc[i][n][2 * r] - m_use), e1 = exp2f(sc[i][n][2 * r + 1] - m_use);
+          const float e0 = exp2f(sc[n][2 * r] - m_use), e1 = exp2f(sc[n][2 * r + 1] - m_use);
           sum += e0 + e1;
           *reinterpret_cast<uint32_t*>(&s.p[h][16 * group + 8 * n + 2 * t]) = PackBf16(e0, e1);
         }
@@ -265,9 +256,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       }
     }
     // The rescaling of this warp's accumulator rows, from the old maxima (before the update).
-    float alpha[kMaxHeadTiles][2];
+    float alpha[kTiles][2];
 #pragma unroll
-    for (int ht = 0; ht < kMaxHeadTiles; ++ht) {
+    for (int ht = 0; ht < kTiles; ++ht) {
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
         const int h = ht * kHeadTile + g + 8 * r;
@@ -290,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 
     // O = O · alpha + P V over this warp's 64 output dims.
 #pragma unroll
-    for (int ht = 0; ht < kMaxHeadTiles; ++ht) {
+    for (int ht = 0; ht < kTiles; ++ht) {
       if (ht >= head_tiles) continue;
 #pragma unroll
       for (int n = 0; n < kDimTiles; ++n) {
@@ -310,7 +301,7 @@ __global__ void __launch_bounds__(kThreads, 1)
             b[dp]);
       }
 #pragma unroll
-      for (int ht = 0; ht < kMaxHeadTiles; ++ht) {
+      for (int ht = 0; ht < kTiles; ++ht) {
         if (ht >= head_tiles) continue;
         uint32_t a[4];
         mma::LoadMatrices(&s.p[ht * kHeadTile + lane % 16][ks * 16 + (lane / 16) * 8], a);
@@ -326,7 +317,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   __syncthreads();  // the last update of m and l
 
 #pragma unroll
-  for (int ht = 0; ht < kMaxHeadTiles; ++ht) {
+  for (int ht = 0; ht < kTiles; ++ht) {
     if (ht >= head_tiles) continue;
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
@@ -392,12 +383,15 @@ __global__ void __launch_bounds__(128)
 }
 
 struct Plan {
+  int head_tiles = 0;  // a CTA's: 1 (16 heads, three tiles in flight), 2 (32, two) or 4 (one)
   int head_ctas = 0, num_tiles = 0, splits = 1, tiles_per_split = 0;
 };
 
 Plan PlanOf(const SparseMlaDecodeParams& p) {
   Plan plan;
-  plan.head_ctas = (p.heads + kCtaHeads - 1) / kCtaHeads;
+  plan.head_tiles = p.heads <= kHeadTile ? 1 : p.heads <= 2 * kHeadTile ? 2 : kMaxHeadTiles;
+  const int cta_heads = plan.head_tiles * kHeadTile;
+  plan.head_ctas = (p.heads + cta_heads - 1) / cta_heads;
   plan.num_tiles = (p.topk + kTileTokens - 1) / kTileTokens;
   const int rows = p.batch * p.s_q;
   plan.splits = plan.num_tiles <= 1 ? 1
@@ -408,6 +402,22 @@ Plan PlanOf(const SparseMlaDecodeParams& p) {
     plan.splits = (plan.num_tiles + plan.tiles_per_split - 1) / plan.tiles_per_split;
   }
   return plan;
+}
+
+// Launches the kernel for kTiles head tiles with kStages tiles in flight; its shared memory is
+// allowed once per variant.
+template <int kTiles, int kStages>
+cudaError_t LaunchDecode(dim3 grid, const SparseMlaDecodeParams& p, const Plan& plan,
+                         float* part_out, float* part_lse, cudaStream_t stream) {
+  constexpr size_t kBytes = sizeof(Shared<kTiles, kStages>);
+  static_assert(kBytes <= 227 * 1024, "more shared memory than an H200 CTA may have");
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(SparseMlaDecodeTcKernel<kTiles, kStages>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes));
+  if (configured != cudaSuccess) return configured;
+  SparseMlaDecodeTcKernel<kTiles, kStages>
+      <<<grid, kThreads, kBytes, stream>>>(p, plan.tiles_per_split, part_out, part_lse);
+  return cudaSuccess;
 }
 
 }  // namespace
@@ -427,9 +437,6 @@ LaunchStatus SparseMlaDecodeLaunch(const SparseMlaDecodeParams& p, void* workspa
   if (p.batch <= 0) return {};
   const Plan plan = PlanOf(p);
   const int rows = p.batch * p.s_q;
-  static const cudaError_t configured = cudaFuncSetAttribute(
-      SparseMlaDecodeTcKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, sizeof(Shared));
-  if (configured != cudaSuccess) return LaunchStatus{configured, nullptr};
   float* part_out = nullptr;
   float* part_lse = nullptr;
   if (plan.splits > 1) {
@@ -441,8 +448,12 @@ LaunchStatus SparseMlaDecodeLaunch(const SparseMlaDecodeParams& p, void* workspa
   }
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(plan.head_ctas),
                   static_cast<unsigned>(plan.splits));
-  SparseMlaDecodeTcKernel<<<grid, kThreads, sizeof(Shared), stream>>>(p, plan.tiles_per_split,
-                                                                      part_out, part_lse);
+  const cudaError_t launched =
+      plan.head_tiles == 1   ? LaunchDecode<1, 3>(grid, p, plan, part_out, part_lse, stream)
+      : plan.head_tiles == 2 ? LaunchDecode<2, 2>(grid, p, plan, part_out, part_lse, stream)
+                             : LaunchDecode<kMaxHeadTiles, 1>(grid, p, plan, part_out, part_lse,
+                                                              stream);
+  if (launched != cudaSuccess) return LaunchStatus{launched, nullptr};
   if (plan.splits > 1) {
     CombineSplitsKernel<<<static_cast<unsigned>(rows * p.heads), kMlaLatentDim / 4, 0, stream>>>(
         p, plan.splits, part_out, part_lse);
