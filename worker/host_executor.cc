@@ -21,6 +21,7 @@ namespace {
 // Layer `cache`'s new tokens written into their slots: K/V (and index keys), or MLA latents.
 absl::Status WriteTokens(const LayerCache& cache, bool mla, const TokenInputs& in,
                          const int64_t* slots, int64_t n) {
+  if (n == 0) return absl::OkStatus();  // and in.k may be empty: no row pointers into it
   const Bf16* index_k = cache.has_indexer ? in.index_k.data() : nullptr;
   if (mla) {
     return MlaCacheWriteRef(MlaCacheWriteParams{.cache = cache,

@@ -17,6 +17,12 @@ absl::StatusOr<std::unique_ptr<Pool>> Pool::Create(const PoolSpec& spec, uint64_
                                                    blocks, " blocks of ", layout.block_stride(),
                                                    " bytes; need 1 to 2^31 - 1"));
   }
+  // Sparse MLA decode takes the top-k as int32 physical slots (kernels/mla/mla_params.h).
+  if (spec.mla() && blocks * static_cast<uint64_t>(spec.block_size) > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an MLA pool of ", blocks, " blocks has more than 2^31 - 1 token slots; use a smaller "
+        "arena or more pools"));
+  }
   return std::unique_ptr<Pool>(new Pool(std::move(layout), static_cast<int32_t>(blocks)));
 }
 

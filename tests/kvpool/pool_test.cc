@@ -136,5 +136,14 @@ TEST(PoolTest, AnImportThatDoesNotFitChangesNothing) {
   ASSERT_TRUE(pools->CheckInvariants().ok());
 }
 
+TEST(PoolTest, AnMlaPoolKeepsItsSlotsInt32) {
+  const PoolSpec spec = MlaPoolSpec(/*num_layers=*/1, /*block_size=*/16, /*indexer_ue8m0=*/true);
+  const uint64_t stride = static_cast<uint64_t>(BlockLayout::Create(spec)->block_stride());
+  const uint64_t slot_limit_blocks = uint64_t{INT32_MAX} / 16;
+  EXPECT_EQ(Pool::Create(spec, stride * (slot_limit_blocks + 1)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(Pool::Create(spec, stride * 1000).ok());
+}
+
 }  // namespace
 }  // namespace kvp
