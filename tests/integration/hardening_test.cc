@@ -313,7 +313,13 @@ TEST(HardeningTest, BadSettingsStopKvpooldWithAClearError) {
                                              {"--k_scales=1,2,3"},  // the test pool has 2 layers
                                              {"--sliding_windows=16"},  // with an indexer
                                              {"--sparse_v_threshold=-1"},
-                                             {"--client_max_requests=0"}}) {
+                                             {"--client_max_requests=0"},
+                                             {"--softmax_scale=-1"},
+                                             {"--pool_kind=gqa"},
+                                             // MLA: K/V flags refused, heads 16 to 128 by 16
+                                             {"--pool_kind=mla", "--kv_heads=4"},
+                                             {"--pool_kind=mla", "--indexer=false"},
+                                             {"--pool_kind=mla", "--q_heads=24"}}) {
     absl::StatusOr<int> exit = ServiceProcesses::RunDaemonToExit(flags, 20'000);
     ASSERT_TRUE(exit.ok()) << flags[0] << ": " << exit.status();
     EXPECT_NE(*exit, 0) << flags[0];
