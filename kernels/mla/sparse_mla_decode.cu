@@ -3,8 +3,9 @@
 // A CTA takes one query row (sequence, query token), up to 64 of its heads (four tiles of 16) and
 // a run of 64-token tiles of its top-k. Per tile:
 //   1. the tokens' 656-byte entries arrive by cp.async (gathered by slot; -1 slots fill zeros)
-//      while the tile before is computed, and are dequantized once into shared memory as bf16
-//      [64 tokens, 576] for all the CTA's heads;
+//      while the tiles before are computed (one to three tiles ahead: fewer heads leave shared
+//      memory for more), and are dequantized once into shared memory as bf16 [64 tokens, 576]
+//      for all the CTA's heads;
 //   2. S = q · Kᵀ by m16n8k16 bf16 mma: each of 16 warps takes 16 tokens (w % 4) of one head tile
 //      (w / 4), the queries staying in shared memory;
 //   3. the online softmax across the four token groups goes through shared memory (tile maxima,
