@@ -22,23 +22,29 @@ std::vector<double> JobLatencyBounds() {
           10,   30};
 }
 
+namespace {
+
+// `seconds` into the latency histogram of `key`, made on first use.
+void ObserveLatency(std::map<std::string, Histogram>& histograms, const std::string& key,
+                    double seconds) {
+  auto it = histograms.find(key);
+  if (it == histograms.end()) it = histograms.emplace(key, Histogram(JobLatencyBounds())).first;
+  it->second.Observe(seconds);
+}
+
+}  // namespace
+
 void BrokerMetrics::ObserveJob(const std::string& kind, const std::string& outcome,
                                double seconds) {
   ++jobs[{kind, outcome}];
-  auto it = job_seconds.find(kind);
-  if (it == job_seconds.end()) it = job_seconds.emplace(kind, Histogram(JobLatencyBounds())).first;
-  it->second.Observe(seconds);
+  ObserveLatency(job_seconds, kind, seconds);
 }
 
 void BrokerMetrics::ObserveMigration(const std::string& transport, bool ok, uint64_t bytes,
                                      double seconds) {
   ++migrations[{transport, ok ? "ok" : "error"}];
   migrated_bytes[transport] += bytes;
-  auto it = migration_seconds.find(transport);
-  if (it == migration_seconds.end()) {
-    it = migration_seconds.emplace(transport, Histogram(JobLatencyBounds())).first;
-  }
-  it->second.Observe(seconds);
+  ObserveLatency(migration_seconds, transport, seconds);
 }
 
 namespace {
