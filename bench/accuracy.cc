@@ -11,6 +11,7 @@
 #include "base/status_macros.h"
 #include "bench/fp8_math_attention.h"
 #include "bench/mla_accuracy.h"
+#include "bench/output_errors.h"
 #include "kernels/cache_write/cache_write_ref.h"
 #include "kernels/paged_decode/paged_decode_ref.h"
 #include "kernels/synthetic/synthetic_fill.h"
@@ -235,27 +236,16 @@ absl::StatusOr<AccuracyReport> RunAccuracy(const AccuracyConfig& config) {
                                TraitsOf(v_format).TotalBytes(config.head_dim);
     row.compression_vs_bf16 = static_cast<double>(bf16_bytes) / row.bytes_per_token_head;
     row.v_rel_mse = r.v_rel_mse;
-    double err = 0.0, ref = 0.0;
-    row.min_cosine = 1.0;
-    std::vector<double> per_head;
+    OutputErrors errors;
     const int d = config.head_dim;
     for (size_t o = 0; o < r.out.size(); o += d) {
-      double e2 = 0.0, r2 = 0.0, g2 = 0.0, dot = 0.0;
-      for (int i = 0; i < d; ++i) {
-        const double got = r.out[o + i], want = reference.out[o + i];
-        e2 += (got - want) * (got - want);
-        r2 += want * want;
-        g2 += got * got;
-        dot += got * want;
-      }
-      err += e2;
-      ref += r2;
-      per_head.push_back(std::sqrt(e2 / r2));
-      row.min_cosine = std::min(row.min_cosine, g2 > 0 && r2 > 0 ? dot / std::sqrt(g2 * r2) : 1.0);
+      const std::vector<double> got(r.out.begin() + o, r.out.begin() + o + d);
+      const std::vector<double> want(reference.out.begin() + o, reference.out.begin() + o + d);
+      errors.Add(got, want);
     }
-    std::sort(per_head.begin(), per_head.end());
-    row.output_rel_l2 = std::sqrt(err / ref);
-    row.output_rel_l2_p99 = per_head[std::min(per_head.size() - 1, per_head.size() * 99 / 100)];
+    row.output_rel_l2 = errors.rel_l2();
+    row.output_rel_l2_p99 = errors.rel_l2_p99();
+    row.min_cosine = errors.min_cosine();
     report.rows.push_back(row);
   }
   ASSIGN_OR_RETURN(report.fp8_math, Fp8MathRows(config, w, reference.out));

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "base/status_macros.h"
+#include "bench/output_errors.h"
 #include "kernels/mla/mla_ref.h"
 #include "kernels/synthetic/synthetic_fill.h"
 #include "kvpool/format/mla_latent.h"
@@ -29,8 +30,8 @@ absl::StatusOr<MlaAccuracy> RunMlaAccuracy(const AccuracyConfig& c) {
   SyntheticConfig synth;
   synth.seed = c.seed;
   std::mt19937_64 rng(c.seed);
-  double err = 0, ref = 0, latent_err = 0, latent_ref = 0;
-  std::vector<double> per_head;
+  double latent_err = 0, latent_ref = 0;
+  OutputErrors errors;
   std::vector<Bf16> tokens_in(size_t(c.context) * kMlaInputDim), q(size_t(r.heads) * kMlaInputDim);
   std::vector<int64_t> slots(c.context);
   std::vector<int32_t> selected(c.context);
@@ -47,10 +48,8 @@ absl::StatusOr<MlaAccuracy> RunMlaAccuracy(const AccuracyConfig& c) {
       slots[i] = int64_t{s} * blocks_per_seq * block + i;
       selected[i] = static_cast<int32_t>(slots[i]);
     }
-    RETURN_IF_ERROR(MlaCacheWriteRef(MlaCacheWriteParams{
-        .cache = cache, .latent = tokens_in.data(), .rope = tokens_in.data() + kMlaLatentDim,
-        .slots = slots.data(), .num_tokens = c.context, .latent_stride = kMlaInputDim,
-        .rope_stride = kMlaInputDim}));
+    RETURN_IF_ERROR(
+        MlaCacheWriteRef(MlaRowsWrite(cache, tokens_in.data(), nullptr, slots.data(), c.context)));
     RETURN_IF_ERROR(SparseMlaDecodeRef(SparseMlaDecodeParams{
         .cache = cache, .q = q.data(), .slots = selected.data(), .batch = 1, .s_q = 1,
         .heads = r.heads, .topk = c.context, .softmax_scale = kDeepSeekV32SoftmaxScale,
@@ -86,23 +85,17 @@ absl::StatusOr<MlaAccuracy> RunMlaAccuracy(const AccuracyConfig& c) {
           want[e] += w * Bf16ToFloat(tokens_in[size_t(i) * kMlaInputDim + e]);
         }
       }
-      double e2 = 0, r2 = 0, g2 = 0, dot = 0;
+      std::vector<double> got(kMlaLatentDim);
       for (int e = 0; e < kMlaLatentDim; ++e) {
-        const double w = want[e] / sum, g = Bf16ToFloat(out[size_t(h) * kMlaLatentDim + e]);
-        e2 += (g - w) * (g - w);
-        r2 += w * w;
-        g2 += g * g;
-        dot += g * w;
+        want[e] /= sum;
+        got[e] = Bf16ToFloat(out[size_t(h) * kMlaLatentDim + e]);
       }
-      err += e2;
-      ref += r2;
-      per_head.push_back(std::sqrt(e2 / r2));
-      r.min_cosine = std::min(r.min_cosine, dot / std::sqrt(g2 * r2));
+      errors.Add(got, want);
     }
   }
-  std::sort(per_head.begin(), per_head.end());
-  r.output_rel_l2 = std::sqrt(err / ref);
-  r.output_rel_l2_p99 = per_head[std::min(per_head.size() - 1, per_head.size() * 99 / 100)];
+  r.output_rel_l2 = errors.rel_l2();
+  r.output_rel_l2_p99 = errors.rel_l2_p99();
+  r.min_cosine = errors.min_cosine();
   r.latent_rel_mse = latent_err / latent_ref;
   return r;
 }

@@ -36,13 +36,10 @@ absl::Status MeasureMlaDecodeLayer(cudaStream_t stream, int64_t tokens, std::mt1
   std::vector<int64_t> all(tokens);
   std::iota(all.begin(), all.end(), 0);
   ASSIGN_OR_RETURN(DeviceBuffer slots, ToDevice(all));
-  RETURN_IF_ERROR(MlaCacheWriteCuda(
-      MlaCacheWriteParams{.cache = cache, .latent = rows.get<Bf16>(),
-                          .rope = rows.get<Bf16>() + 512, .index_k = index_k.get<Bf16>(),
-                          .slots = slots.get<int64_t>(),
-                          .num_tokens = static_cast<int32_t>(tokens), .latent_stride = 576,
-                          .rope_stride = 576},
-      stream));
+  RETURN_IF_ERROR(MlaCacheWriteCuda(MlaRowsWrite(cache, rows.get<Bf16>(), index_k.get<Bf16>(),
+                                                 slots.get<int64_t>(),
+                                                 static_cast<int32_t>(tokens)),
+                                    stream));
   std::vector<int32_t> table(blocks);
   std::iota(table.begin(), table.end(), 0);
   std::shuffle(table.begin(), table.end(), rng);  // a fragmented block table

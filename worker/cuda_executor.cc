@@ -6,7 +6,6 @@
 #include "kernels/common/cuda_status.h"
 #include "kernels/synthetic/synthetic_model.h"
 #include "kvpool/format/indexer_quant.h"
-#include "kvpool/format/mla_latent.h"
 #include "kernels/block_copy/block_copy_ref.h"
 #include "worker/job_inputs.h"
 #include "worker/migration.h"
@@ -61,15 +60,8 @@ absl::Status CudaExecutor::WriteTokens(const LayerCache& cache, const void* k, c
                                        const void* index_k, const int64_t* slots, int64_t n) {
   const Bf16* index = cache.has_indexer ? static_cast<const Bf16*>(index_k) : nullptr;
   if (ctx_.spec.mla()) {
-    const Bf16* token = static_cast<const Bf16*>(k);
-    return MlaCacheWriteCuda(MlaCacheWriteParams{.cache = cache,
-                                                 .latent = token,
-                                                 .rope = token + kMlaLatentDim,
-                                                 .index_k = index,
-                                                 .slots = slots,
-                                                 .num_tokens = static_cast<int32_t>(n),
-                                                 .latent_stride = kMlaInputDim,
-                                                 .rope_stride = kMlaInputDim},
+    return MlaCacheWriteCuda(MlaRowsWrite(cache, static_cast<const Bf16*>(k), index, slots,
+                                          static_cast<int32_t>(n)),
                              stream_);
   }
   return CacheWriteCuda(CacheWriteParams{.cache = cache,
@@ -169,7 +161,7 @@ struct CudaExecutor::DecodeBuffers {
   void* logits = nullptr;                                          // [n, max_len]
   int out_layers = 0;                                              // layers returned
   size_t out_per_layer = 0, topk_per_layer = 0;
-  float* out = nullptr;                                            // [out_layers or 1, n, qh, d]
+  float* out = nullptr;                                  // [out_layers or 1, n, qh, d]; KV pools
   int32_t* topk = nullptr;                                         // [out_layers or 1, n, k]
   // MLA pools: the selected slots, and the decode's bf16 output (in place of `out`) and
   // log-sum-exp of each returned layer.
@@ -229,11 +221,12 @@ absl::StatusOr<CudaExecutor::DecodeBuffers> CudaExecutor::PrepareDecode(const De
   b.out_per_layer = static_cast<size_t>(n) * qh * d;
   b.topk_per_layer = ctx_.spec.indexer ? static_cast<size_t>(n) * ctx_.model.topk : 0;
   const size_t layers = static_cast<size_t>(std::max(b.out_layers, 1));
-  ASSIGN_OR_RETURN(void* out, out_.Get(layers * b.out_per_layer * sizeof(float)));
   ASSIGN_OR_RETURN(void* topk, topk_.Get(std::max<size_t>(layers * b.topk_per_layer, 1) * 4));
-  b.out = static_cast<float*>(out);
   b.topk = static_cast<int32_t*>(topk);
-  if (mla) {
+  if (!mla) {
+    ASSIGN_OR_RETURN(void* out, out_.Get(layers * b.out_per_layer * sizeof(float)));
+    b.out = static_cast<float*>(out);
+  } else {  // its outputs are bf16 (mla_out); no float ones on the device
     ASSIGN_OR_RETURN(void* slots, mla_slots_.Get(std::max<size_t>(b.topk_per_layer, 1) * 4));
     ASSIGN_OR_RETURN(void* mla_out, mla_out_.Get(layers * b.out_per_layer * sizeof(Bf16)));
     ASSIGN_OR_RETURN(void* lse, lse_.Get(layers * static_cast<size_t>(n) * qh * sizeof(float)));
@@ -295,7 +288,8 @@ absl::Status CudaExecutor::FillDecodeQueries(const DecodeWork& work, int layer,
 
 absl::Status CudaExecutor::Attend(int layer, const LayerCache& cache, const DecodeBuffers& b,
                                   size_t out_slot) {
-  float* out = b.out + out_slot * b.out_per_layer;
+  // An MLA pool has no float outputs on the device (`out` is unused by its decode).
+  float* out = b.out != nullptr ? b.out + out_slot * b.out_per_layer : nullptr;
   int32_t* topk = b.topk + out_slot * b.topk_per_layer;
   const int k = ctx_.model.topk;
   const AttentionParams attn{.cache = cache,

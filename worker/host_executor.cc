@@ -24,14 +24,8 @@ absl::Status WriteTokens(const LayerCache& cache, bool mla, const TokenInputs& i
   if (n == 0) return absl::OkStatus();  // and in.k may be empty: no row pointers into it
   const Bf16* index_k = cache.has_indexer ? in.index_k.data() : nullptr;
   if (mla) {
-    return MlaCacheWriteRef(MlaCacheWriteParams{.cache = cache,
-                                                .latent = in.k.data(),
-                                                .rope = in.k.data() + kMlaLatentDim,
-                                                .index_k = index_k,
-                                                .slots = slots,
-                                                .num_tokens = static_cast<int32_t>(n),
-                                                .latent_stride = kMlaInputDim,
-                                                .rope_stride = kMlaInputDim});
+    return MlaCacheWriteRef(
+        MlaRowsWrite(cache, in.k.data(), index_k, slots, static_cast<int32_t>(n)));
   }
   return CacheWriteRef(CacheWriteParams{.cache = cache,
                                         .k = in.k.data(),
@@ -105,7 +99,7 @@ absl::StatusOr<std::vector<DecodeStepResult>> HostExecutor::Decode(const DecodeW
   for (int l = 0; l < ctx_.spec.num_layers; ++l) {
     const LayerCache cache = layout_.Layer(base_, ctx_.num_blocks, l);
     FillDecodeTokenInputs(work, ctx_, l, &tokens);
-    RETURN_IF_ERROR(WriteTokens(cache, ctx_.spec.mla(), tokens, batch.slots.data(), n));
+    RETURN_IF_ERROR(WriteTokens(cache, mla, tokens, batch.slots.data(), n));
     FillDecodeQueryInputs(work, ctx_, l, &queries);
     const AttentionParams attn{.cache = cache,
                                .q = queries.q.data(),
@@ -137,7 +131,7 @@ absl::StatusOr<std::vector<DecodeStepResult>> HostExecutor::Decode(const DecodeW
                                          .scores_stride = max_len,
                                          .num_rows = n,
                                          .k = k}));
-      if (ctx_.spec.mla()) {
+      if (mla) {
         RETURN_IF_ERROR(SlotsOfPositionsRef(SlotsOfPositionsParams{.positions = indices.data(),
                                                                    .block_tables = tables,
                                                                    .block_table_stride = stride,

@@ -32,6 +32,21 @@ struct MlaCacheWriteParams {
   int32_t rope_stride = kMlaRopeDim;
 };
 
+// The write of `num_tokens` rows of 576 values, each a token's latent then its RoPE part: how
+// kvpool holds an MLA token's input (TokenActivations, the synthetic model).
+inline MlaCacheWriteParams MlaRowsWrite(const LayerCache& cache, const Bf16* rows,
+                                        const Bf16* index_k, const int64_t* slots,
+                                        int32_t num_tokens) {
+  return MlaCacheWriteParams{.cache = cache,
+                             .latent = rows,
+                             .rope = rows + kMlaLatentDim,
+                             .index_k = index_k,
+                             .slots = slots,
+                             .num_tokens = num_tokens,
+                             .latent_stride = kMlaInputDim,
+                             .rope_stride = kMlaInputDim};
+}
+
 // Top-k positions to physical slots: what the indexer selects, through each sequence's blocks,
 // as sparse MLA decode takes it. -1 stays -1.
 struct SlotsOfPositionsParams {
