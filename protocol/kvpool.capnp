@@ -157,7 +157,8 @@ enum Transport {
   none @0;      # nothing to move: the destination held every block already
   host @1;      # memfd pools: the receiving worker maps the source arena and copies
   peerCopy @2;  # GPUs with peer access (or one GPU): the receiver maps the source arena and pulls
-  nccl @3;      # ncclSend/ncclRecv between a worker of each pool
+  nccl @3;      # ncclSend/ncclRecv between a worker of each pool (cuda pools)
+  socket @4;    # a TCP connection between a worker of each pool (host pools; other nodes)
 }
 
 struct MigrationReport {
@@ -335,6 +336,7 @@ struct Capabilities {
   headDims @2 :List(UInt32) $maxElements(64);
   hostArena @3 :ServedFormats;  # absent: it cannot serve a host arena
   cudaArena @4 :ServedFormats;  # absent: it cannot serve a cuda arena
+  nccl @5 :Bool;                # built with NCCL: it can send and receive moves over it
 }
 
 struct RegisterRequest {
@@ -400,6 +402,35 @@ struct MigrateJob {
   sourceGpu @4 :Int32;  # -1: host
   transport @5 :Transport;
   moves @6 :List(BlockCopy) $boundBy(blocks);
+  # nccl and socket: the move is a pair of jobs, this one on one side of a link between a worker
+  # of each pool (sourceChannel is then unused). Absent for host and peerCopy.
+  link @7 :TransferLink;
+}
+
+enum TransferSide {
+  receive @0;  # a worker of the destination pool: writes each move's target block
+  send @1;     # a worker of the source pool: reads each move's source block
+}
+
+# One side of a paired move. A fresh link is opened by the receiver, which reports where to join
+# it (TransferReady: an ncclUniqueId, or host:port); kvpoold relays that to the sender. A link
+# that carried a move before (an NCCL communicator) is reused by both sides without a rendezvous.
+struct TransferLink {
+  side @0 :TransferSide;
+  id @1 :UInt64;                             # kvpoold's number for this worker pair's link
+  fresh @2 :Bool;                            # not opened yet: rendezvous first
+  rendezvous @3 :Data $maxElements(512);     # send side of a fresh link: what the receiver said
+  token @4 :Data $maxElements(64);           # socket: the sender presents it, the receiver checks
+  deadlineMillis @5 :UInt32;                 # the whole move, rendezvous included
+  # The arenas' cuMem chunk sizes: a send never spans a chunk boundary of either side.
+  sourceChunkBytes @6 :UInt64;
+  targetChunkBytes @7 :UInt64;
+}
+
+# From a receiver of a fresh link once the sender can join it; kvpoold sends the send job then.
+struct TransferReady {
+  job @0 :UInt64;
+  rendezvous @1 :Data $maxElements(512);
 }
 
 struct BlockCopy {
@@ -483,5 +514,6 @@ struct Envelope {
     migrate @30 :MigrateRequest;
     migrateReply @31 :MigrateReply;
     migrateJob @32 :MigrateJob;
+    transferReady @33 :TransferReady;
   }
 }

@@ -8,12 +8,14 @@
 #include "kvpool/arena/host_arena.h"
 #include "kernels/capabilities.h"
 #include "kvpool/layout/block_layout.h"
+#include "protocol/transport_names.h"
 #include "worker/host_executor.h"
 #if KVP_HAVE_CUDA
 #include <cuda_runtime_api.h>
 
 #include "kvpool/arena/cuda_arena.h"
 #include "worker/cuda_executor.h"
+#include "worker/nccl_transport.h"
 #endif
 
 namespace kvp {
@@ -24,12 +26,23 @@ constexpr int kAttachTimeoutMs = 10'000;
 class HostAttachment : public Attachment {
  public:
   HostAttachment(HostArenaMapping mapping, BlockLayout layout, const JobContext& ctx,
-                 uint64_t epoch, ArenaDescription description)
+                 uint64_t epoch, ArenaDescription description,
+                 const SocketTransportOptions& sockets)
       : Attachment(ctx, epoch, layout.block_stride(), std::move(description)),
         mapping_(std::move(mapping)),
+        socket_(OwnArena{.base = mapping_.base(), .num_blocks = ctx.num_blocks,
+                         .block_stride = layout.block_stride(), .device = -1},
+                sockets),
         executor_(std::move(layout), mapping_.base(), ctx) {}
   Executor& executor() override { return executor_; }
   const char* backend_name() const override { return "host"; }
+  absl::StatusOr<PairedTransport*> Paired(wire::Transport transport) override {
+    if (transport != wire::Transport::SOCKET) {
+      return absl::UnimplementedError(absl::StrCat(
+          "a host arena moves over sockets, not ", TransportName(transport)));
+    }
+    return &socket_;
+  }
 
  protected:
   const std::vector<UniqueFd>& chunk_fds() const override { return mapping_.fds(); }
@@ -52,6 +65,7 @@ class HostAttachment : public Attachment {
 
  private:
   HostArenaMapping mapping_;
+  SocketTransport socket_;
   HostExecutor executor_;
 };
 
@@ -65,9 +79,24 @@ class CudaAttachment : public Attachment {
         mapping_(std::move(mapping)),
         executor_(std::move(executor)),
         device_(device) {}
-  ~CudaAttachment() override { executor_.reset(); }  // the stream drains before the unmaps
+  ~CudaAttachment() override {  // streams drain before the unmaps
+    nccl_.reset();
+    executor_.reset();
+  }
   Executor& executor() override { return *executor_; }
   const char* backend_name() const override { return "cuda"; }
+  absl::StatusOr<PairedTransport*> Paired(wire::Transport transport) override {
+    if (transport != wire::Transport::NCCL) {
+      return absl::UnimplementedError(absl::StrCat(
+          "a cuda arena moves to other GPUs over NCCL, not ", TransportName(transport)));
+    }
+    if (nccl_ == nullptr) {
+      ASSIGN_OR_RETURN(nccl_, NcclTransport::Create(OwnArena{
+                                  .base = mapping_.base(), .num_blocks = num_blocks(),
+                                  .block_stride = block_stride(), .device = device_}));
+    }
+    return nccl_.get();
+  }
 
  protected:
   const std::vector<UniqueFd>& chunk_fds() const override { return mapping_.fds(); }
@@ -100,6 +129,7 @@ class CudaAttachment : public Attachment {
  private:
   CudaArenaMapping mapping_;
   std::unique_ptr<CudaExecutor> executor_;
+  std::unique_ptr<NcclTransport> nccl_;  // on the first NCCL move
   int device_;
 };
 #endif
@@ -139,7 +169,7 @@ absl::StatusOr<uint64_t> Attachment::PullBlocks(const MigrateWork& work) {
   ASSIGN_OR_RETURN(const Source* source, SourceFor(work));
   RETURN_IF_ERROR(executor().MoveBlocksFrom(source->mapping->base(), source->num_blocks,
                                             work.moves));
-  return static_cast<uint64_t>(work.moves.size()) * static_cast<uint64_t>(block_stride_);
+  return BytesOf(work);
 }
 
 std::vector<int32_t> PeerGpusOf(int device) {
@@ -157,6 +187,17 @@ std::vector<int32_t> PeerGpusOf(int device) {
   (void)device;
 #endif
   return peers;
+}
+
+bool CanUseNccl(Backend backend) {
+#if KVP_HAVE_CUDA
+  int count = 0;
+  return backend != Backend::kHost && cudaGetDeviceCount(&count) == cudaSuccess && count > 0 &&
+         LoadNccl().ok();
+#else
+  (void)backend;
+  return false;
+#endif
 }
 
 absl::StatusOr<Backend> ParseBackend(const std::string& name) {
@@ -193,7 +234,8 @@ absl::Status Attachment::HandBack(const std::string& path) const {
 
 absl::StatusOr<std::unique_ptr<Attachment>> Attach(const std::string& path, Backend backend,
                                                    int gpu, const JobContext& ctx,
-                                                   uint64_t epoch) {
+                                                   uint64_t epoch,
+                                                   const SocketTransportOptions& sockets) {
   ASSIGN_OR_RETURN(FdPeer peer, ConnectFdChannel(path));
   ASSIGN_OR_RETURN(auto received, peer.ReceiveArena(kAttachTimeoutMs));
   auto& [description, fds] = received;
@@ -212,7 +254,8 @@ absl::StatusOr<std::unique_ptr<Attachment>> Attach(const std::string& path, Back
     ASSIGN_OR_RETURN(HostArenaMapping mapping,
                      HostArenaMapping::Map(description.chunk_bytes, std::move(fds)));
     return std::unique_ptr<Attachment>(
-        new HostAttachment(std::move(mapping), std::move(layout), ctx, epoch, description));
+        new HostAttachment(std::move(mapping), std::move(layout), ctx, epoch, description,
+                           sockets));
   }
   if (backend == Backend::kHost) {
     return absl::FailedPreconditionError(

@@ -20,6 +20,8 @@
 #include "worker/executor.h"
 #include "worker/job.h"
 #include "worker/migration.h"
+#include "worker/paired_move.h"
+#include "worker/socket_transport.h"
 
 namespace kvp {
 
@@ -39,6 +41,15 @@ class Attachment {
   // access, or another layout).
   absl::StatusOr<uint64_t> PullBlocks(const MigrateWork& work);
 
+  // The transport of a paired move (worker/paired_move.h) of kind `transport` into or out of this
+  // arena: socket for host arenas, nccl for cuda arenas (loaded on first use).
+  // UNIMPLEMENTED when this worker cannot move that way (the other arena kind, or no NCCL).
+  virtual absl::StatusOr<PairedTransport*> Paired(wire::Transport transport) = 0;
+  // The bytes a move of `work` carries: whole blocks.
+  uint64_t BytesOf(const MigrateWork& work) const {
+    return static_cast<uint64_t>(work.moves.size()) * static_cast<uint64_t>(block_stride_);
+  }
+
   // Hands this arena back to a restarted kvpoold that lacks it (docs/design.md §10): connects to
   // its return channel at `path` and sends the description it was received with and its chunk
   // fds. OK when kvpoold took it; FAILED_PRECONDITION naming why it did not; UNAVAILABLE when
@@ -50,6 +61,8 @@ class Attachment {
              ArenaDescription description)
       : ctx_(ctx), epoch_(epoch), block_stride_(block_stride),
         description_(std::move(description)) {}
+  int64_t block_stride() const { return block_stride_; }
+  int64_t num_blocks() const { return ctx_.num_blocks; }
   // The fds of this pool's own arena, as received.
   virtual const std::vector<UniqueFd>& chunk_fds() const = 0;
 
@@ -82,7 +95,12 @@ class Attachment {
 // without CUDA).
 absl::StatusOr<std::unique_ptr<Attachment>> Attach(const std::string& path, Backend backend,
                                                    int gpu, const JobContext& ctx,
-                                                   uint64_t epoch);
+                                                   uint64_t epoch,
+                                                   const SocketTransportOptions& sockets = {});
+
+// Whether this worker can move blocks over NCCL (a cuda backend and a loadable NCCL), for
+// registration.
+bool CanUseNccl(Backend backend);
 
 // What this worker serves in `role` on a host arena and on a cuda arena (nullopt: it cannot map
 // that kind: --backend says so, or a build without CUDA), from the kernels' own capability tables

@@ -22,6 +22,11 @@ ABSL_FLAG(int, pool, -1,
 ABSL_FLAG(std::string, backend, "auto", "auto (follow kvpoold's arena), cuda or host");
 ABSL_FLAG(std::string, runtime_dir, "", "kvpoold's runtime directory (see kvpoold --help)");
 ABSL_FLAG(std::string, endpoint, "", "kvpoold's endpoint; default ipc://<runtime_dir>/kvpoold.sock");
+ABSL_FLAG(std::string, transfer_address, "127.0.0.1",
+          "numeric IPv4 or IPv6 address this worker receives socket moves on (host pools; the "
+          "address other nodes' workers reach it by)");
+ABSL_FLAG(double, transfer_max_mib_per_s, 0,
+          "the most MiB a second this worker sends over socket moves; 0: no limit");
 
 namespace {
 
@@ -57,6 +62,13 @@ int main(int argc, char** argv) {
     return 2;
   }
   options.backend = *backend;
+  options.sockets.listen_address = absl::GetFlag(FLAGS_transfer_address);
+  const double pace = absl::GetFlag(FLAGS_transfer_max_mib_per_s);
+  if (pace < 0) {
+    spdlog::error("--transfer_max_mib_per_s={}: expected 0 (no limit) or more", pace);
+    return 2;
+  }
+  options.sockets.max_bytes_per_second = static_cast<uint64_t>(pace * (1 << 20));
   std::string runtime_dir = absl::GetFlag(FLAGS_runtime_dir);
   if (runtime_dir.empty()) runtime_dir = kvp::DefaultRuntimeDir();
   options.endpoint = absl::GetFlag(FLAGS_endpoint);

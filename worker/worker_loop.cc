@@ -31,6 +31,7 @@ struct Session {
   std::string fd_channel;
   int heartbeat_ms = 1000;
   int lease_expiry_ms = 3000;
+  bool nccl = false;  // offered at registration: this worker can move blocks over NCCL
 };
 
 absl::StatusOr<Session> Register(Dealer& dealer, const WorkerOptions& options) {
@@ -43,6 +44,8 @@ absl::StatusOr<Session> Register(Dealer& dealer, const WorkerOptions& options) {
   auto caps = r.initCapabilities();
   const WorkerServes serves = ServedFor(options.backend, options.role);
   caps.setCuda(serves.cuda.has_value());
+  const bool nccl = CanUseNccl(options.backend);
+  caps.setNccl(nccl);
   if (serves.host.has_value()) ServedToWire(*serves.host, caps.initHostArena());
   if (serves.cuda.has_value()) ServedToWire(*serves.cuda, caps.initCudaArena());
   const std::vector<int32_t> peers = PeerGpusOf(options.gpu);
@@ -52,6 +55,7 @@ absl::StatusOr<Session> Register(Dealer& dealer, const WorkerOptions& options) {
   if (!body.isRegisterReply()) return absl::InternalError("kvpoold answered Register oddly");
   const auto rr = body.getRegisterReply();
   Session s;
+  s.nccl = nccl;
   s.lease = rr.getLease();
   s.epoch = rr.getEpoch();
   s.pool = rr.getPool();
@@ -100,9 +104,32 @@ uint64_t JobIdOf(wire::Envelope::Body::Reader body) {
   return body.getDecodeJob().getJob();
 }
 
+// One side of a paired move. The receiver of a fresh link opens it and tells kvpoold how the
+// sender joins (TransferReady) before it waits for the bytes.
+absl::StatusOr<uint64_t> MovePaired(const MigrateWork& work, uint64_t job, Attachment& attachment,
+                                    Dealer& dealer) {
+  ASSIGN_OR_RETURN(PairedTransport * transport, attachment.Paired(work.transport));
+  if (work.link->side == wire::TransferSide::SEND) {
+    RETURN_IF_ERROR(transport->Send(work));
+    return attachment.BytesOf(work);
+  }
+  if (work.link->fresh) {
+    ASSIGN_OR_RETURN(const std::string rendezvous, transport->Open(work));
+    EnvelopeBuilder ready(0);
+    auto r = ready.envelope().getBody().initTransferReady();
+    r.setJob(job);
+    r.setRendezvous(kj::arrayPtr(reinterpret_cast<const kj::byte*>(rendezvous.data()),
+                                 rendezvous.size()));
+    RETURN_IF_ERROR(dealer.Send(ready));
+  }
+  RETURN_IF_ERROR(transport->Receive(work));
+  return attachment.BytesOf(work);
+}
+
 // Executes one job message; the report to send back.
 EnvelopeBuilder Execute(const ParsedEnvelope& message, Clock::time_point received,
-                        const JobContext& ctx, BlockTableCache& tables, Attachment& attachment) {
+                        const JobContext& ctx, BlockTableCache& tables, Attachment& attachment,
+                        Dealer& dealer) {
   const auto body = message.envelope().getBody();
   const uint64_t job = JobIdOf(body);
   Executor& executor = attachment.executor();
@@ -121,7 +148,11 @@ EnvelopeBuilder Execute(const ParsedEnvelope& message, Clock::time_point receive
     if (body.isMigrateJob()) {
       ASSIGN_OR_RETURN(const MigrateWork work, MigrateWorkFromWire(body.getMigrateJob(), ctx));
       start = Clock::now();
-      ASSIGN_OR_RETURN(bytes, attachment.PullBlocks(work));
+      if (work.link.has_value()) {
+        ASSIGN_OR_RETURN(bytes, MovePaired(work, job, attachment, dealer));
+      } else {
+        ASSIGN_OR_RETURN(bytes, attachment.PullBlocks(work));
+      }
       return absl::OkStatus();
     }
     absl::StatusOr<DecodeWork> work = DecodeWorkFromWire(body.getDecodeJob(), ctx, tables);
@@ -195,16 +226,17 @@ absl::Status WorkerLoop::Run(const std::atomic<bool>& stop) {
     }
     waiting_logged = false;
     absl::StatusOr<std::unique_ptr<Attachment>> attachment =
-        Attach(session->fd_channel, options_.backend, options_.gpu, session->ctx, session->epoch);
+        Attach(session->fd_channel, options_.backend, options_.gpu, session->ctx, session->epoch,
+               options_.sockets);
     if (!attachment.ok()) {
       if (absl::IsFailedPrecondition(attachment.status())) return attachment.status();
       spdlog::warn("attach failed, registering again: {}", attachment.status().ToString());
       continue;
     }
     previous.reset();  // kvpoold has its arena again
-    spdlog::info("registered: role={} pool={} lease={} backend={} blocks={} {}", role,
+    spdlog::info("registered: role={} pool={} lease={} backend={} nccl={} blocks={} {}", role,
                  session->pool, session->lease, (*attachment)->backend_name(),
-                 session->ctx.num_blocks,
+                 session->nccl ? "yes" : "no", session->ctx.num_blocks,
                  session->ctx.spec.DebugString());
     // Jobs are checked against this pool's shape before any field is read.
     WireLimits limits;
@@ -232,7 +264,7 @@ absl::Status WorkerLoop::Run(const std::atomic<bool>& stop) {
       const auto body = (*message)->envelope().getBody();
       if (body.isPrefillJob() || body.isDecodeJob() || body.isMigrateJob()) {
         const EnvelopeBuilder report =
-            Execute(**message, received, session->ctx, tables, **attachment);
+            Execute(**message, received, session->ctx, tables, **attachment, dealer);
         if (absl::Status s = dealer.Send(report); !s.ok()) {
           spdlog::warn("could not report job: {}", s.ToString());
         }

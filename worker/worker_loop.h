@@ -20,6 +20,7 @@ struct WorkerOptions {
   int pool = -1;  // the pool it serves; -1: the one on its gpu, or pool 0
   Backend backend = Backend::kAuto;
   int register_timeout_ms = 1000;
+  SocketTransportOptions sockets;  // socket moves of host pools (worker/socket_transport.h)
 };
 
 class WorkerLoop {
