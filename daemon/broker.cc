@@ -36,6 +36,7 @@ const char* BodyName(wire::Envelope::Body::Which which) {
     case W::COMMIT: return "commit";
     case W::ABORT: return "abort";
     case W::MIGRATE: return "migrate";
+    case W::TRANSFER_READY: return "transfer_ready";
     default: return "other";
   }
 }
@@ -161,6 +162,8 @@ absl::Status Broker::Route(const std::string& from, wire::Envelope::Reader envel
       const auto done = body.getJobDone();
       return HandleJobEnd(from, done.getJob(), absl::OkStatus(), &done, out);
     }
+    case W::TRANSFER_READY:
+      return HandleTransferReady(from, body.getTransferReady(), out);
     case W::JOB_FAILED: {
       const auto failed = body.getJobFailed();
       absl::Status result = StatusFromWire(failed.getError());
@@ -578,6 +581,7 @@ absl::Status Broker::HandleRegister(const std::string& from, uint64_t id,
                                  .gpu = r.getGpu(),
                                  .peer_gpus = ListToVector<int32_t>(r.getPeerGpus()),
                                  .pid = r.getPid(),
+                                 .nccl = r.getCapabilities().getNccl(),
                                  .job = std::nullopt});
   worker_leases_[from] = lease;
   spdlog::info("worker registered: role={} pool={} pid={} gpu={} lease={}", RoleName(role), pool,
@@ -621,6 +625,12 @@ absl::Status Broker::HandleJobEnd(const std::string& from, JobId job, const absl
   }
   auto it = jobs_.find(job);
   if (it == jobs_.end() || it->second.worker != w->second) {
+    // The sender of a paired move (worker.job names it; the move may have ended already).
+    if (auto sender = workers_.find(w->second);
+        sender != workers_.end() && sender->second.job == job) {
+      EndSend(w->second, job, result, out);
+      return absl::OkStatus();
+    }
     return absl::NotFoundError(absl::StrCat("job ", job, " was not given to this worker"));
   }
   absl::Status checked = result;

@@ -55,6 +55,15 @@ struct BrokerOptions {
   // without an entry (tests of the bookkeeping alone) are host pools without a channel.
   std::vector<int32_t> pool_gpus = {-1};
   std::vector<std::string> fd_channel_paths = {""};
+  // Per pool: its arena's chunk size (paired moves never send across a chunk boundary); pools
+  // without an entry have kvpoold's host chunk size, 64 MiB.
+  std::vector<uint64_t> pool_chunk_bytes;
+  // How migrations move their bytes: nullopt picks per move (host pools: host; one GPU or peer
+  // access: peer copy; else NCCL); a transport named here is used for every move, and a move it
+  // cannot make is refused (UNIMPLEMENTED). Paired moves (nccl, socket) must end in this time,
+  // the rendezvous included.
+  std::optional<wire::Transport> transport;
+  int transfer_timeout_millis = 20'000;
   int heartbeat_millis = 1000;                 // what workers are told to use
   int64_t worker_lease_micros = 3'000'000;     // the pool's lease expiry, told to workers
   int64_t client_lease_micros = 30'000'000;    // clients' sequences outlive short pauses
@@ -149,6 +158,13 @@ class Broker {
     uint32_t blocks_shared = 0;
     int64_t started_micros = 0;
     bool after_prefill = false;  // answer with a PrefillReply (its prefix hits in the job)
+    // Paired moves: the sending worker of the source pool (0 until dispatched), the link between
+    // it and the receiver, and whether the send job went out.
+    LeaseId sender = 0;
+    uint64_t link = 0;
+    bool fresh_link = true;
+    std::string token = {};
+    bool send_sent = false;
   };
   struct Job {
     JobKind kind;
@@ -176,6 +192,9 @@ class Broker {
     int32_t gpu = -1;
     std::vector<int32_t> peer_gpus;  // GPUs its GPU can read
     uint32_t pid = 0;
+    bool nccl = false;  // it can send and receive over NCCL
+    // Its job: one it runs, or the send side of a paired move (which may outlive the move's job
+    // when the receiver reported first).
     std::optional<JobId> job;
   };
 
@@ -201,6 +220,9 @@ class Broker {
                                Outbox& out);
   absl::Status HandleJobEnd(const std::string& from, JobId job, const absl::Status& result,
                             const wire::JobDone::Reader* done, Outbox& out);
+  // A receiver opened a fresh link: the send job goes out with its rendezvous.
+  absl::Status HandleTransferReady(const std::string& from, wire::TransferReady::Reader r,
+                                   Outbox& out);
   void ReplyStats(const std::string& from, uint64_t id, Outbox& out);
   void ReplyHealth(const std::string& from, uint64_t id, Outbox& out);
 
@@ -219,8 +241,29 @@ class Broker {
   absl::Status StartMigration(SeqId seq, PoolIndex to, const std::string& client,
                               uint64_t request_id, LeaseId lease, bool after_prefill,
                               int32_t prefix_hit_tokens, Outbox& out);
-  // How bytes go from `from` to `to` on the workers kvpoold has now; UNIMPLEMENTED without one.
+  // How bytes go from `from` to `to` on the workers kvpoold has now (options_.transport, or the
+  // best one); UNIMPLEMENTED without one.
   absl::StatusOr<wire::Transport> ChooseTransport(PoolIndex from, PoolIndex to) const;
+  // UNIMPLEMENTED unless `transport` can move bytes from `from` to `to` with these workers.
+  absl::Status CheckTransport(wire::Transport transport, PoolIndex from, PoolIndex to) const;
+  uint64_t ChunkBytesOf(PoolIndex pool) const;
+  // ---- Paired moves (broker_paired_moves.cc) ----
+  // An idle worker of the source pool to send `job`'s blocks to `receiver`: one with an open
+  // link to it first.
+  std::optional<LeaseId> IdleSender(const Job& job, LeaseId receiver) const;
+  // Gives the paired move `id` to `receiver` and `sender`: the receive job now, the send job now
+  // on an open link or once the receiver has opened a fresh one.
+  void StartPairedMove(JobId id, LeaseId receiver, LeaseId sender, Outbox& out);
+  // The move's job for one side of its link.
+  EnvelopeBuilder LinkJobFor(const Job& job, wire::TransferSide side,
+                             kj::ArrayPtr<const kj::byte> rendezvous) const;
+  // A sender's report: it is free again; a failure closes its link.
+  void EndSend(LeaseId sender, JobId id, const absl::Status& result, Outbox& out);
+  // A paired move's receiver reported: a link that carried it stays open for the pair (NCCL), one
+  // that failed is closed.
+  void NoteLinkEnd(const Migration& m, LeaseId receiver, const absl::Status& result);
+  // Links of `lease` (a worker gone, or a move that failed on it) are not reused.
+  void CloseLinks(LeaseId lease);
   // A migration's end: commit on the destination and release the source, or abort the import.
   // The status of the move (OK, or why it failed).
   absl::Status EndMigration(SeqId seq, const Migration& m, absl::Status result, uint64_t bytes);
@@ -289,6 +332,9 @@ class Broker {
   absl::flat_hash_map<LeaseId, std::string> client_identities_;
   absl::flat_hash_map<SeqId, JobId> busy_;      // sequences a job is writing
   absl::flat_hash_map<LeaseId, int> deferred_;  // expired clients: running jobs left
+  // Open NCCL links by (sender, receiver) worker: their communicators are reused.
+  absl::flat_hash_map<std::pair<LeaseId, LeaseId>, uint64_t> links_;
+  uint64_t next_link_ = 1;
   // Per decode worker, the block table it holds for each sequence (what was last sent), and the
   // sequences it may forget; decode jobs carry only what changed (protocol/block_tables.h).
   absl::flat_hash_map<LeaseId, absl::flat_hash_map<SeqId, HeldBlockTable>> sent_tables_;

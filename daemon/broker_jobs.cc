@@ -12,6 +12,7 @@
 #include "base/status_macros.h"
 #include "daemon/broker.h"  // the class whose members these are
 #include "protocol/lists.h"
+#include "protocol/transport_names.h"
 
 namespace kvp {
 
@@ -52,7 +53,9 @@ bool Broker::CanRun(const Worker& worker, const Job& job) const {
   switch (job.kind) {
     case JobKind::kPrefill: return worker.role == Role::kPrefill;
     case JobKind::kDecode: return worker.role == Role::kDecode;
-    case JobKind::kMigrate: return true;
+    case JobKind::kMigrate:  // by any worker, but only one with NCCL receives over it
+      return !job.migration.has_value() || job.migration->transport != wire::Transport::NCCL ||
+             worker.nccl;
   }
   return false;
 }
@@ -144,12 +147,23 @@ void Broker::EndWorker(LeaseId lease, const std::string& why, Outbox& out) {
   forget_.erase(lease);
   spdlog::warn("{} worker of pool {} pid {} (lease {}) is gone: {}", RoleName(worker.role),
                worker.pool, worker.pid, lease, why);
+  CloseLinks(lease);
   if (!worker.job.has_value()) return;
-  Job& job = jobs_.at(*worker.job);
+  auto running = jobs_.find(*worker.job);
+  if (running == jobs_.end()) return;  // the sender of a move that has ended
+  Job& job = running->second;
+  const bool paired = job.migration.has_value() && IsPaired(job.migration->transport);
+  if (job.worker != lease) {
+    // The sender of a paired move: its receiver fails (the connection drops, or the deadline
+    // passes) and reports; the move ends then.
+    return;
+  }
   job.worker = 0;
   // A job whose client is gone is not tried again: nobody waits for it, and its blocks return
-  // only when it ends (a re-queued one might wait for a worker forever).
-  if (!job.client_gone && job.attempts < options_.max_job_attempts && CanRunSomewhere(job)) {
+  // only when it ends (a re-queued one might wait for a worker forever). A paired move is not
+  // either: its sender may still be sending to the worker that went.
+  if (!job.client_gone && !paired && job.attempts < options_.max_job_attempts &&
+      CanRunSomewhere(job)) {
     ++metrics_.jobs_requeued;
     queues_[static_cast<int>(job.kind)].push_front(*worker.job);
     return;
@@ -207,14 +221,22 @@ void Broker::Enqueue(Job job, Outbox& out) {
 void Broker::Dispatch(Outbox& out) {
   for (auto& [lease, worker] : workers_) {
     if (worker.job.has_value()) continue;
-    // Its role's jobs first, then migrations into its pool; the oldest of its pool in each.
+    // Its role's jobs first, then migrations into its pool; the oldest of its pool in each that
+    // can start (a paired move needs an idle worker of its source pool too).
     const JobKind kinds[] = {worker.role == Role::kPrefill ? JobKind::kPrefill : JobKind::kDecode,
                              JobKind::kMigrate};
     for (JobKind kind : kinds) {
       auto& queue = queues_[static_cast<int>(kind)];
       const PoolIndex pool = worker.pool;  // a structured binding: lambdas capture a copy
-      const auto next = std::find_if(queue.begin(), queue.end(),
-                                     [&](JobId id) { return jobs_.at(id).pool == pool; });
+      const LeaseId receiver = lease;
+      std::optional<LeaseId> sender;
+      const auto next = std::find_if(queue.begin(), queue.end(), [&](JobId id) {
+        const Job& job = jobs_.at(id);
+        if (job.pool != pool) return false;
+        if (!job.migration.has_value() || !IsPaired(job.migration->transport)) return true;
+        sender = IdleSender(job, receiver);
+        return sender.has_value();
+      });
       if (next == queue.end()) continue;
       const JobId id = *next;
       queue.erase(next);
@@ -223,7 +245,9 @@ void Broker::Dispatch(Outbox& out) {
       ++job.attempts;
       worker.job = id;
       const char* body = BodyFieldName(job.message.envelope().getBody().which());
-      if (job.kind == JobKind::kDecode) {
+      if (sender.has_value()) {
+        StartPairedMove(id, lease, *sender, out);
+      } else if (job.kind == JobKind::kDecode) {
         out.push_back({worker.identity, DecodeJobFor(job, lease).Frame(), body});
       } else {
         out.push_back({worker.identity, job.message.Frame(), body});
@@ -275,6 +299,7 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
   for (SeqId s : job.sequences) busy_.erase(s);
   if (auto u = usage_.find(job.client_lease); u != usage_.end()) --u->second.requests;
   const std::string kind = KindName(job.kind);
+  if (job.migration.has_value()) NoteLinkEnd(*job.migration, job.worker, result);
   if (job.client_gone) {
     if (--deferred_[job.client_lease] == 0) {
       deferred_.erase(job.client_lease);

@@ -67,19 +67,67 @@ absl::StatusOr<PoolIndex> Broker::Place(SeqId seq, int32_t requested, Role role)
   return *best;
 }
 
-absl::StatusOr<wire::Transport> Broker::ChooseTransport(PoolIndex from, PoolIndex to) const {
+uint64_t Broker::ChunkBytesOf(PoolIndex pool) const {
+  constexpr uint64_t kHostChunkBytes = uint64_t{64} << 20;
+  return pool < options_.pool_chunk_bytes.size() ? options_.pool_chunk_bytes[pool]
+                                                 : kHostChunkBytes;
+}
+
+absl::Status Broker::CheckTransport(wire::Transport transport, PoolIndex from,
+                                    PoolIndex to) const {
   const int32_t source_gpu = options_.pool_gpus[from];
   const int32_t target_gpu = options_.pool_gpus[to];
-  if (source_gpu < 0 && target_gpu < 0) return wire::Transport::HOST;
-  if (source_gpu == target_gpu) return wire::Transport::PEER_COPY;
-  const bool peer = std::any_of(workers_.begin(), workers_.end(), [&](const auto& w) {
-    const std::vector<int32_t>& peers = w.second.peer_gpus;
-    return w.second.pool == to && std::find(peers.begin(), peers.end(), source_gpu) != peers.end();
-  });
-  if (peer) return wire::Transport::PEER_COPY;
-  return absl::UnimplementedError(absl::StrCat(
-      "pool ", from, " (GPU ", source_gpu, ") and pool ", to, " (GPU ", target_gpu,
-      ") have no peer access, and moving blocks over NCCL is not built yet"));
+  const bool host = source_gpu < 0 && target_gpu < 0, cuda = source_gpu >= 0 && target_gpu >= 0;
+  const auto where = [](PoolIndex pool, int32_t gpu) {
+    return absl::StrCat("pool ", pool, gpu < 0 ? " (host)" : absl::StrCat(" (GPU ", gpu, ")"));
+  };
+  const auto refuse = [&](absl::string_view why) {
+    return absl::UnimplementedError(absl::StrCat("moving ", where(from, source_gpu), " to ",
+                                                 where(to, target_gpu), " by ",
+                                                 TransportName(transport), ": ", why));
+  };
+  const auto nccl_worker = [&](PoolIndex pool) {
+    return std::any_of(workers_.begin(), workers_.end(),
+                       [&](const auto& w) { return w.second.pool == pool && w.second.nccl; });
+  };
+  switch (transport) {
+    case wire::Transport::HOST:
+    case wire::Transport::SOCKET:
+      if (!host) return refuse("it moves host pools only");
+      return absl::OkStatus();
+    case wire::Transport::PEER_COPY: {
+      if (!cuda) return refuse("it moves cuda pools only");
+      if (source_gpu == target_gpu) return absl::OkStatus();
+      const bool peer = std::any_of(workers_.begin(), workers_.end(), [&](const auto& w) {
+        const std::vector<int32_t>& peers = w.second.peer_gpus;
+        return w.second.pool == to &&
+               std::find(peers.begin(), peers.end(), source_gpu) != peers.end();
+      });
+      if (!peer) return refuse("no worker of the destination has peer access to the source");
+      return absl::OkStatus();
+    }
+    case wire::Transport::NCCL:
+      if (!cuda) return refuse("it moves cuda pools only");
+      if (source_gpu == target_gpu) return refuse("NCCL refuses two ranks on one GPU");
+      if (!nccl_worker(from) || !nccl_worker(to)) {
+        return refuse("a worker of each pool must have NCCL (libnccl.so.2 loadable)");
+      }
+      return absl::OkStatus();
+    case wire::Transport::NONE:
+      break;
+  }
+  return refuse("not a transport");
+}
+
+absl::StatusOr<wire::Transport> Broker::ChooseTransport(PoolIndex from, PoolIndex to) const {
+  if (options_.transport.has_value()) {
+    RETURN_IF_ERROR(CheckTransport(*options_.transport, from, to));
+    return *options_.transport;
+  }
+  if (options_.pool_gpus[from] < 0) return wire::Transport::HOST;
+  if (CheckTransport(wire::Transport::PEER_COPY, from, to).ok()) return wire::Transport::PEER_COPY;
+  RETURN_IF_ERROR(CheckTransport(wire::Transport::NCCL, from, to));
+  return wire::Transport::NCCL;
 }
 
 absl::Status Broker::HandleMigrate(const std::string& from, uint64_t id,
@@ -115,6 +163,14 @@ absl::Status Broker::StartMigration(SeqId seq, PoolIndex to, const std::string& 
     if (!CanRunSomewhere(job)) {
       return absl::UnavailableError(
           absl::StrCat("no worker serves pool ", to, " to receive sequence ", seq));
+    }
+    const bool source_served = std::any_of(workers_.begin(), workers_.end(), [&](const auto& w) {
+      return w.second.pool == source;
+    });
+    if (IsPaired(m.transport) && !source_served) {
+      return absl::UnavailableError(absl::StrCat("no worker serves pool ", source, " to send "
+                                                 "sequence ", seq, " by ",
+                                                 TransportName(m.transport)));
     }
     ASSIGN_OR_RETURN(SequenceImage image, pools_->pool(source).sequences().Image(seq));
     const size_t blocks = image.blocks.size();

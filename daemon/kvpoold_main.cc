@@ -41,6 +41,7 @@
 #include "kvpool/pool/pool_set.h"
 #include "protocol/curve.h"
 #include "protocol/endpoints.h"
+#include "protocol/transport_names.h"
 #include "protocol/spec_codec.h"
 
 ABSL_FLAG(std::string, runtime_dir, "",
@@ -96,6 +97,12 @@ ABSL_FLAG(uint64_t, synthetic_seed, 0x6B76706F6F6Cull, "seed of the synthetic mo
 ABSL_FLAG(int, heartbeat_ms, 1000, "heartbeat period told to workers");
 ABSL_FLAG(int, lease_expiry_ms, 3000, "a worker lease not renewed for this long expires");
 ABSL_FLAG(int, client_lease_ms, 30000, "a client lease not renewed for this long expires");
+ABSL_FLAG(std::string, transport, "auto",
+          "how migrations move blocks: auto (host pools: host; one GPU or peer access: peer_copy; "
+          "else nccl), or host, peer_copy, nccl or socket for every move (one it cannot make is "
+          "refused with UNIMPLEMENTED)");
+ABSL_FLAG(int, transfer_timeout_ms, 20000,
+          "a move over nccl or socket must end within this, its rendezvous included");
 ABSL_FLAG(int, max_job_attempts, 2, "workers a job is tried on before it fails with ABORTED");
 ABSL_FLAG(std::string, allow_uids, "", "uids (comma-separated) allowed to attach; ours always");
 ABSL_FLAG(std::string, allow_gids, "", "gids (comma-separated) allowed to attach");
@@ -460,7 +467,19 @@ absl::Status Main() {
   for (size_t i = 0; i < arenas.size(); ++i) {
     broker_options.pool_gpus.push_back(arenas[i]->device());
     broker_options.fd_channel_paths.push_back(FdChannelIn(runtime_dir, static_cast<int>(i)));
+    broker_options.pool_chunk_bytes.push_back(arenas[i]->chunk_sizes().at(0));
     served.push_back(arenas[i].get());
+  }
+  if (const std::string transport = absl::GetFlag(FLAGS_transport); transport != "auto") {
+    broker_options.transport = TransportNamed(transport);
+    if (!broker_options.transport.has_value()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--transport=", transport, ": expected auto, host, peer_copy, nccl or socket"));
+    }
+  }
+  broker_options.transfer_timeout_millis = absl::GetFlag(FLAGS_transfer_timeout_ms);
+  if (broker_options.transfer_timeout_millis <= 0) {
+    return absl::InvalidArgumentError("--transfer_timeout_ms must be positive");
   }
   broker_options.heartbeat_millis = absl::GetFlag(FLAGS_heartbeat_ms);
   broker_options.worker_lease_micros = lease_expiry;

@@ -28,7 +28,7 @@ ModelConfig FuzzModel() {
   return model;
 }
 
-FuzzService::FuzzService() {
+FuzzService::FuzzService(std::optional<wire::Transport> transport) {
   spdlog::set_level(spdlog::level::off);  // millions of inputs: the broker's log lines are noise
   const PoolSpec spec = FuzzPoolSpec();
   const uint64_t stride = static_cast<uint64_t>(BlockLayout::Create(spec)->block_stride());
@@ -43,6 +43,7 @@ FuzzService::FuzzService() {
   options.limits.max_message_bytes = 1 << 20;
   options.pool_gpus.assign(kFuzzPools, -1);
   options.fd_channel_paths = {"/nonexistent/fd-0", "/nonexistent/fd-1"};
+  options.transport = transport;
   broker_ = std::make_unique<Broker>(pools_.get(), &clock_, options);
 }
 

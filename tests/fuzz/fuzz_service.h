@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,7 +22,8 @@ inline constexpr int kFuzzPools = 2;    // host pools, so that migrations are re
 
 class FuzzService {
  public:
-  FuzzService();
+  // `transport`: how migrations move (BrokerOptions::transport); nullopt: host copies.
+  explicit FuzzService(std::optional<wire::Transport> transport = std::nullopt);
 
   // Hands one message to the broker as kvpoold's loop would; the messages it sends back.
   Outbox Send(const std::string& from, std::vector<zmq::message_t> frames);

@@ -127,8 +127,10 @@ TEST(MigrationTest, AFragmentedBlockTableMovesWhole) {
   ExpectNothingHeld(a);
 }
 
-TEST(MigrationTest, ThirtyTwoConcurrentMigrationsAllLand) {
-  auto service = StartTwoPools({"--arena_mib=128"});
+void ThirtyTwoConcurrentMigrationsLand(const std::vector<std::string>& flags) {
+  std::vector<std::string> all = {"--arena_mib=128"};
+  all.insert(all.end(), flags.begin(), flags.end());
+  auto service = StartTwoPools(all);
   ASSERT_NE(service, nullptr);
   Client client(service->client_options("many"));
   constexpr int kSequences = 32;
@@ -156,6 +158,12 @@ TEST(MigrationTest, ThirtyTwoConcurrentMigrationsAllLand) {
   EXPECT_EQ(stats->pools.at(1).sequences, static_cast<uint32_t>(kSequences));
   for (int i = 0; i < kSequences; ++i) ASSERT_TRUE(client.Release(100 + i).ok());
   ExpectNothingHeld(client);
+}
+
+TEST(MigrationTest, ThirtyTwoConcurrentMigrationsAllLand) { ThirtyTwoConcurrentMigrationsLand({}); }
+
+TEST(MigrationTest, ThirtyTwoConcurrentSocketMigrationsAllLand) {
+  ThirtyTwoConcurrentMigrationsLand({"--transport=socket"});
 }
 
 TEST(MigrationTest, AReceiverKilledMidMoveLeavesTheSequenceOnItsSourceAndNothingBehind) {
@@ -238,6 +246,126 @@ TEST(MigrationTest, BadPoolsGetTypedErrors) {
   EXPECT_EQ(health->pools[0].prefill_workers, 1u);
   EXPECT_EQ(health->pools[1].decode_workers, 1u);
   ASSERT_TRUE(client.Release(1).ok());
+  ExpectNothingHeld(client);
+}
+
+// ---- Paired moves over sockets: a sender on the source pool, a receiver on the destination ----
+
+TEST(MigrationTest, OverASocketLinkContiguousAndFragmentedTablesGiveTheSameBits) {
+  auto service = StartTwoPools({"--transport=socket"});
+  ASSERT_NE(service, nullptr);
+  Client stay(InNamespace(service->client_options("stay"), "stay"));
+  Client move(InNamespace(service->client_options("move"), "move"));
+  Client other(InNamespace(service->client_options("other"), "other"));
+  const std::vector<int32_t> prompt = Tokens(300, 5);
+  ASSERT_TRUE(stay.Prefill(1, prompt, nullptr, nullptr, {.pool = 0}).ok());
+  absl::StatusOr<PrefillResult> there =
+      move.Prefill(2, prompt, nullptr, nullptr, {.pool = 0, .decode_pool = 1});
+  ASSERT_TRUE(there.ok()) << there.status();
+  ASSERT_TRUE(there->migration.has_value());
+  EXPECT_TRUE(there->migration->error.ok()) << there->migration->error;
+  EXPECT_EQ(there->migration->transport, wire::Transport::SOCKET);
+  EXPECT_EQ(there->migration->blocks_moved, 5u);
+  ExpectSameOutputs(DecodeSteps(stay, 1, 3), DecodeSteps(move, 2, 3));
+
+  // Interleaved chunked prefills fragment sequence 4's table on pool 0.
+  for (int chunk = 0; chunk < 4; ++chunk) {
+    const std::vector<int32_t> tokens = Tokens(64, 1000 + chunk * 64 * 7);
+    ASSERT_TRUE(stay.Prefill(3, tokens, nullptr, nullptr, {.pool = 0}).ok());
+    ASSERT_TRUE(other.Prefill(4, tokens, nullptr, nullptr, {.pool = 0}).ok());
+  }
+  absl::StatusOr<MigrationResult> moved = other.Migrate(4, 1);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->transport, wire::Transport::SOCKET);
+  EXPECT_EQ(moved->blocks_moved, 4u);
+  ExpectSameOutputs(DecodeSteps(stay, 3, 4), DecodeSteps(other, 4, 4));
+  for (auto [client, seq] : {std::pair{&stay, 1}, {&move, 2}, {&stay, 3}, {&other, 4}}) {
+    ASSERT_TRUE(client->Release(seq).ok());
+  }
+  ExpectNothingHeld(stay);
+}
+
+// Sends a Migrate of `seq` to pool 1 and waits until its blocks are reserved there.
+void StartMoveToPool1(Client& client, uint64_t seq) {
+  EnvelopeBuilder m = client.NewRequest();
+  auto r = m.envelope().getBody().initMigrate();
+  r.setSequence(seq);
+  r.setToPool(1);
+  ASSERT_TRUE(client.Send(m).ok());
+  for (int i = 0; i < 100; ++i) {
+    absl::StatusOr<PoolStats> stats = client.Stats();
+    ASSERT_TRUE(stats.ok());
+    if (stats->pools.at(1).blocks_reserved > 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  FAIL() << "the move never reserved its blocks";
+}
+
+void ExpectAbortedOnPool0(Client& client) {
+  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = client.Receive(30'000);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  const absl::Status moved = MigrationResultOf(**reply).status();
+  EXPECT_TRUE(absl::IsAborted(moved)) << moved;
+  EXPECT_THAT(moved.message(), ::testing::HasSubstr("still lives in pool 0"));
+  absl::StatusOr<PoolStats> after = client.Stats();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->pools.at(1).blocks_reserved, 0u);
+  EXPECT_EQ(after->pools.at(1).blocks_used, 0u);
+}
+
+TEST(MigrationTest, KillingTheSocketReceiverOrSenderMidTransferLeavesNothingBehind) {
+  // Senders paced to 4 MiB/s: the ~13 MiB sequence is mid-transfer for about three seconds.
+  ServiceOptions options = TwoPoolOptions();
+  options.daemon_flags.insert(options.daemon_flags.end(),
+                              {"--arena_mib=256", "--transport=socket"});
+  options.worker_flags.push_back("--transfer_max_mib_per_s=4");
+  absl::StatusOr<std::unique_ptr<ServiceProcesses>> started = ServiceProcesses::Start(options);
+  ASSERT_TRUE(started.ok()) << started.status();
+  ServiceProcesses& service = **started;
+  Client client(service.client_options("killed"));
+  Client reference(InNamespace(service.client_options("reference"), "reference"));
+  const std::vector<int32_t> prompt = Tokens(4000, 3);
+  ASSERT_TRUE(client.Prefill(1, prompt, nullptr, nullptr, {.pool = 0}).ok());
+  ASSERT_TRUE(reference.Prefill(2, prompt, nullptr, nullptr, {.pool = 0}).ok());
+
+  // The receiver (pool 1's only worker) killed half-way.
+  StartMoveToPool1(client, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  service.Stop(service.decode_workers().at(1), SIGKILL);
+  ExpectAbortedOnPool0(client);
+  ExpectSameOutputs(DecodeSteps(client, 1, 1), DecodeSteps(reference, 2, 1));
+
+  // A new receiver; then both workers of pool 0, the sender among them, killed half-way.
+  service.StartWorker("decode", 1);
+  ASSERT_TRUE(service.WaitForWorkers(3, 20'000).ok());
+  StartMoveToPool1(client, 1);
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  service.Stop(service.prefill_workers().at(0), SIGKILL);
+  service.Stop(service.decode_workers().at(0), SIGKILL);
+  ExpectAbortedOnPool0(client);
+  // Still readable on pool 0 once it has a decode worker again: the same bits as the reference.
+  service.StartWorker("decode", 0);
+  ASSERT_TRUE(service.WaitForWorkers(2, 20'000).ok());
+  ExpectSameOutputs(DecodeSteps(client, 1, 1), DecodeSteps(reference, 2, 1));
+
+  // And it moves whole once nobody is killed.
+  absl::StatusOr<MigrationResult> landed = client.Migrate(1, 1);
+  ASSERT_TRUE(landed.ok()) << landed.status();
+  EXPECT_EQ(landed->transport, wire::Transport::SOCKET);
+  ExpectSameOutputs(DecodeSteps(client, 1, 1), DecodeSteps(reference, 2, 1));
+  ASSERT_TRUE(client.Release(1).ok());
+  ASSERT_TRUE(reference.Release(2).ok());
+  ExpectNothingHeld(client);
+}
+
+TEST(MigrationTest, ATransportThatCannotMoveThesePoolsIsRefused) {
+  auto service = StartTwoPools({"--transport=peer_copy"});
+  ASSERT_NE(service, nullptr);
+  Client client(service->client_options("refused"));
+  const absl::Status refused =
+      client.Prefill(1, Tokens(70, 1), nullptr, nullptr, {.pool = 0, .decode_pool = 1}).status();
+  EXPECT_TRUE(absl::IsUnimplemented(refused)) << refused;
+  EXPECT_THAT(refused.message(), ::testing::HasSubstr("cuda pools only"));
   ExpectNothingHeld(client);
 }
 

@@ -154,17 +154,53 @@ namespace kvp::testing {
 namespace {
 
 // Two GPUs (label multigpu; skipped with fewer): kvpoold --gpus=0,1, prefill on GPU 0, decode on
-// GPU 1. With peer access the move is a peer copy and the outputs equal a sequence that stayed on
-// GPU 0's pool bit for bit; without, it is refused with UNIMPLEMENTED (NCCL is not built yet) and
-// the sequence stays on pool 0. A receiver killed holding a move leaves nothing on either pool.
-TEST(ServiceMultiGpuTest, APrefillOnGpu0DecodedOnGpu1) {
+// GPU 1, by the transport kvpoold picks (peer copy where GPU 1 can read GPU 0, else NCCL) and by
+// NCCL forced. The outputs equal a sequence that stayed on GPU 0's pool bit for bit, for a
+// contiguous and a fragmented block table. A receiver killed holding a move, and the source's
+// workers (the sender among them) stopped and killed during one, leave nothing on either pool and
+// the sequence readable on GPU 0.
+class ServiceMultiGpuTest : public ::testing::TestWithParam<const char*> {};
+
+void ExpectSameSteps(Client& a, uint64_t seq_a, Client& b, uint64_t seq_b, int first_token) {
+  for (int step = 0; step < 3; ++step) {
+    absl::StatusOr<DecodeResult> here =
+        a.Decode({{seq_a, first_token + step, std::nullopt, nullptr, nullptr}});
+    absl::StatusOr<DecodeResult> there =
+        b.Decode({{seq_b, first_token + step, std::nullopt, nullptr, nullptr}});
+    ASSERT_TRUE(here.ok() && there.ok()) << here.status() << there.status();
+    EXPECT_EQ(here->steps.at(0).out, there->steps.at(0).out) << "step " << step;
+    EXPECT_EQ(here->steps.at(0).topk, there->steps.at(0).topk) << "step " << step;
+  }
+}
+
+void SendMigrate(Client& client, uint64_t seq, uint32_t to) {
+  EnvelopeBuilder m = client.NewRequest();
+  m.envelope().getBody().initMigrate().setSequence(seq);
+  m.envelope().getBody().getMigrate().setToPool(to);
+  ASSERT_TRUE(client.Send(m).ok());
+}
+
+void ExpectAbortedAndNothingOnPool1(Client& client) {
+  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = client.Receive(30'000);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  EXPECT_TRUE(absl::IsAborted(MigrationResultOf(**reply).status()))
+      << MigrationResultOf(**reply).status();
+  absl::StatusOr<PoolStats> stats = client.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->pools.at(1).blocks_reserved, 0u);
+  EXPECT_EQ(stats->pools.at(1).blocks_used, 0u);
+}
+
+TEST_P(ServiceMultiGpuTest, APrefillOnGpu0DecodedOnGpu1) {
   int gpus = 0;
   if (cudaGetDeviceCount(&gpus) != cudaSuccess || gpus < 2) GTEST_SKIP() << "needs two GPUs";
+  const std::string transport = GetParam();
   int peer = 0;
   ASSERT_EQ(cudaDeviceCanAccessPeer(&peer, 1, 0), cudaSuccess);
   ServiceOptions options;
   options.backend = "cuda";
-  options.daemon_flags = {"--arena_mib=2048", "--gpus=0,1"};
+  options.daemon_flags = {"--arena_mib=2048", "--gpus=0,1", "--transfer_timeout_ms=4000",
+                          absl::StrCat("--transport=", transport)};
   options.prefill_workers = 0;
   options.decode_workers = 0;
   absl::StatusOr<std::unique_ptr<ServiceProcesses>> started = ServiceProcesses::Start(options);
@@ -173,8 +209,8 @@ TEST(ServiceMultiGpuTest, APrefillOnGpu0DecodedOnGpu1) {
   const auto worker = [&](const char* role, int gpu) {
     return service.StartWorker(role, -1, {absl::StrCat("--gpu=", gpu)});
   };
-  worker("prefill", 0);
-  worker("decode", 0);
+  const pid_t prefill0 = worker("prefill", 0);
+  const pid_t decode0 = worker("decode", 0);
   const pid_t receiver = worker("decode", 1);
   ASSERT_TRUE(service.WaitForWorkers(3, 30'000).ok());
   ClientOptions stay_options = service.client_options("stay");
@@ -187,42 +223,57 @@ TEST(ServiceMultiGpuTest, APrefillOnGpu0DecodedOnGpu1) {
   ASSERT_TRUE(stay.Prefill(1, prompt, nullptr, nullptr, {.pool = 0}).ok());
   absl::StatusOr<PrefillResult> moved =
       move.Prefill(2, prompt, nullptr, nullptr, {.pool = 0, .decode_pool = 1});
-  if (!peer) {
-    EXPECT_EQ(moved.status().code(), absl::StatusCode::kUnimplemented) << moved.status();
-    return;
-  }
   ASSERT_TRUE(moved.ok()) << moved.status();
-  ASSERT_TRUE(moved->migration.has_value() && moved->migration->error.ok());
-  EXPECT_EQ(moved->migration->transport, wire::Transport::PEER_COPY);
+  ASSERT_TRUE(moved->migration.has_value());
+  ASSERT_TRUE(moved->migration->error.ok()) << moved->migration->error;
+  const wire::Transport expected = transport == "nccl" || !peer ? wire::Transport::NCCL
+                                                                : wire::Transport::PEER_COPY;
+  EXPECT_EQ(moved->migration->transport, expected);
   EXPECT_EQ(moved->pool, 1u);
-  for (int step = 0; step < 3; ++step) {
-    absl::StatusOr<DecodeResult> here = stay.Decode({{1, 50 + step, std::nullopt, nullptr, nullptr}});
-    absl::StatusOr<DecodeResult> there =
-        move.Decode({{2, 50 + step, std::nullopt, nullptr, nullptr}});
-    ASSERT_TRUE(here.ok() && there.ok()) << here.status() << there.status();
-    EXPECT_EQ(here->steps.at(0).out, there->steps.at(0).out) << "step " << step;
-    EXPECT_EQ(here->steps.at(0).topk, there->steps.at(0).topk) << "step " << step;
+  ExpectSameSteps(stay, 1, move, 2, 50);
+
+  // A fragmented table (two sequences' chunked prefills interleaved), moved and decoded there.
+  for (int chunk = 0; chunk < 12; ++chunk) {
+    const std::vector<int32_t> tokens(prompt.begin() + chunk * 64, prompt.begin() + chunk * 64 + 64);
+    ASSERT_TRUE(stay.Prefill(3, tokens, nullptr, nullptr, {.pool = 0}).ok());
+    ASSERT_TRUE(move.Prefill(4, tokens, nullptr, nullptr, {.pool = 0}).ok());
   }
+  absl::StatusOr<MigrationResult> fragmented = move.Migrate(4, 1);
+  ASSERT_TRUE(fragmented.ok()) << fragmented.status();
+  EXPECT_EQ(fragmented->transport, expected);
+  ExpectSameSteps(stay, 3, move, 4, 70);
+
   // Back to GPU 0, then to GPU 1 again with its receiver killed while it holds the move.
   ASSERT_TRUE(move.Migrate(2, 0).ok());
   ASSERT_EQ(::kill(receiver, SIGSTOP), 0);
-  EnvelopeBuilder m = move.NewRequest();
-  m.envelope().getBody().initMigrate().setSequence(2);
-  m.envelope().getBody().getMigrate().setToPool(1);
-  ASSERT_TRUE(move.Send(m).ok());
+  SendMigrate(move, 2, 1);
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   service.Stop(receiver, SIGKILL);
-  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = move.Receive(30'000);
-  ASSERT_TRUE(reply.ok()) << reply.status();
-  EXPECT_TRUE(absl::IsAborted(MigrationResultOf(**reply).status()));
-  absl::StatusOr<PoolStats> stats = move.Stats();
-  ASSERT_TRUE(stats.ok());
-  EXPECT_EQ(stats->pools.at(1).blocks_reserved, 0u);
-  EXPECT_EQ(stats->pools.at(1).blocks_used, 0u);
+  ExpectAbortedAndNothingOnPool1(move);
   ASSERT_TRUE(move.Decode({{2, 60, std::nullopt, nullptr, nullptr}}).ok()) << "still on GPU 0";
-  ASSERT_TRUE(stay.Release(1).ok());
-  ASSERT_TRUE(move.Release(2).ok());
+
+  // A new receiver; the source's workers stopped before the move (one of them is its sender)
+  // and killed after it failed: aborted at the link's deadline, nothing left on GPU 1.
+  worker("decode", 1);
+  ASSERT_TRUE(service.WaitForWorkers(3, 30'000).ok());
+  if (expected == wire::Transport::NCCL) {
+    ASSERT_EQ(::kill(prefill0, SIGSTOP), 0);
+    ASSERT_EQ(::kill(decode0, SIGSTOP), 0);
+    SendMigrate(move, 2, 1);
+    ExpectAbortedAndNothingOnPool1(move);
+    service.Stop(prefill0, SIGKILL);
+    service.Stop(decode0, SIGKILL);
+    worker("decode", 0);
+    ASSERT_TRUE(service.WaitForWorkers(2, 30'000).ok());
+    ASSERT_TRUE(move.Decode({{2, 61, std::nullopt, nullptr, nullptr}}).ok()) << "still on GPU 0";
+    absl::StatusOr<MigrationResult> landed = move.Migrate(2, 1);
+    ASSERT_TRUE(landed.ok()) << landed.status();
+  }
+  for (uint64_t seq : {1, 3}) ASSERT_TRUE(stay.Release(seq).ok());
+  for (uint64_t seq : {2, 4}) ASSERT_TRUE(move.Release(seq).ok());
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, ServiceMultiGpuTest, ::testing::Values("auto", "nccl"));
 
 }  // namespace
 }  // namespace kvp::testing
