@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <numeric>
 #include <random>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -17,6 +18,7 @@
 #include "kvpool/layout/block_layout.h"
 #include "worker/cuda_executor.h"
 #include "worker/migration.h"
+#include "worker/nccl_transport.h"
 
 namespace kvp::bench {
 namespace {
@@ -60,6 +62,102 @@ std::vector<BlockCopyPair> Moves(int64_t n, int64_t arena_blocks, bool fragmente
   for (int64_t i = 0; i < n; ++i) moves.emplace_back(source[i], target[i]);
   return moves;
 }
+
+// Raw NCCL between the two GPUs: one ncclSend/ncclRecv of `bytes` between a communicator per GPU
+// of this process, wall-timed median (the peer path's NCCL baseline).
+absl::StatusOr<double> RawNcclMs(const NcclLibrary& nccl, int source_gpu, int target_gpu,
+                                 const uint8_t* from, uint8_t* to, size_t bytes) {
+  ncclUniqueId id;
+  if (nccl.GetUniqueId(&id) != ncclSuccess) return absl::UnavailableError("ncclGetUniqueId");
+  ncclComm_t comms[2] = {nullptr, nullptr};
+  ncclResult_t results[2] = {ncclSuccess, ncclSuccess};
+  {
+    std::vector<std::thread> ranks;
+    for (int rank = 0; rank < 2; ++rank) {
+      ranks.emplace_back([&, rank] {
+        cudaSetDevice(rank == 0 ? source_gpu : target_gpu);
+        ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+        results[rank] = nccl.CommInitRankConfig(&comms[rank], 2, id, rank, &config);
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    if (results[rank] != ncclSuccess) {
+      return absl::UnavailableError(absl::StrCat("ncclCommInitRank: ",
+                                                 nccl.Describe(results[rank], comms[rank])));
+    }
+  }
+  cudaStream_t streams[2];
+  for (int rank = 0; rank < 2; ++rank) {
+    KVP_CUDA_RETURN_IF_ERROR(cudaSetDevice(rank == 0 ? source_gpu : target_gpu));
+    KVP_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&streams[rank], cudaStreamNonBlocking));
+  }
+  absl::StatusOr<double> ms = MedianMs([&]() -> absl::Status {
+    nccl.GroupStart();
+    nccl.Send(from, bytes, ncclUint8, 1, comms[0], streams[0]);
+    nccl.Recv(to, bytes, ncclUint8, 0, comms[1], streams[1]);
+    if (const ncclResult_t r = nccl.GroupEnd(); r != ncclSuccess) {
+      return absl::UnavailableError(absl::StrCat("raw send/recv: ", nccl.Describe(r, comms[0])));
+    }
+    for (cudaStream_t s : streams) KVP_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+    return absl::OkStatus();
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    nccl.CommAbort(comms[rank]);
+    cudaStreamDestroy(streams[rank]);
+  }
+  return ms;
+}
+
+// The nccl transport's own path: a sender of the source arena and a receiver of the target arena
+// (worker/nccl_transport.h), each on its thread as on its worker; the link is opened in the
+// warm-up and reused after. Wall time from both starting to both done.
+class NcclPair {
+ public:
+  static absl::StatusOr<std::unique_ptr<NcclPair>> Create(OwnArena source, OwnArena target,
+                                                          uint64_t source_chunk,
+                                                          uint64_t target_chunk) {
+    auto pair = std::unique_ptr<NcclPair>(new NcclPair);
+    ASSIGN_OR_RETURN(pair->sender_, NcclTransport::Create(source));
+    ASSIGN_OR_RETURN(pair->receiver_, NcclTransport::Create(target));
+    pair->source_chunk_ = source_chunk;
+    pair->target_chunk_ = target_chunk;
+    return pair;
+  }
+
+  absl::Status Move(const std::vector<BlockCopyPair>& moves) {
+    MigrateWork receive = Work(moves, wire::TransferSide::RECEIVE);
+    MigrateWork send = Work(moves, wire::TransferSide::SEND);
+    if (!open_) {
+      ASSIGN_OR_RETURN(send.link->rendezvous, receiver_->Open(receive));
+    }
+    absl::Status sent;
+    std::thread sender([&] { sent = sender_->Send(send); });
+    const absl::Status received = receiver_->Receive(receive);
+    sender.join();
+    RETURN_IF_ERROR(received);
+    RETURN_IF_ERROR(sent);
+    open_ = true;
+    return absl::OkStatus();
+  }
+
+ private:
+  NcclPair() = default;
+  MigrateWork Work(const std::vector<BlockCopyPair>& moves, wire::TransferSide side) const {
+    MigrateWork w;
+    w.transport = wire::Transport::NCCL;
+    w.moves = moves;
+    w.link = LinkWork{.side = side, .id = 1, .fresh = !open_, .rendezvous = "", .token = "",
+                      .deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60),
+                      .source_chunk_bytes = source_chunk_, .target_chunk_bytes = target_chunk_};
+    return w;
+  }
+
+  std::unique_ptr<NcclTransport> sender_, receiver_;
+  uint64_t source_chunk_ = 0, target_chunk_ = 0;
+  bool open_ = false;
+};
 
 }  // namespace
 
@@ -154,6 +252,47 @@ absl::StatusOr<MigrateReport> RunMigrateBench(int source_gpu, int target_gpu) {
     std::fprintf(stderr, "migrate: %s done\n", shape.name);
   }
   cudaStreamDestroy(stream);
+  if (source_gpu == target_gpu) {
+    std::fprintf(stderr, "migrate: NCCL needs two GPUs (it refuses two ranks on one); "
+                         "run with --target_gpu=1 on a machine with two\n");
+    return report;
+  }
+  absl::StatusOr<const NcclLibrary*> nccl = LoadNccl();
+  if (!nccl.ok()) {
+    std::fprintf(stderr, "migrate: no NCCL cases: %s\n", nccl.status().ToString().c_str());
+    return report;
+  }
+  ASSIGN_OR_RETURN(const double raw_ms, RawNcclMs(**nccl, source_gpu, target_gpu, source.base(),
+                                                  target.base(), gib_blocks * stride));
+  const double raw_nccl_gbs = double(gib_blocks * stride) / (raw_ms * 1e-3) / 1e9;
+  report.cases.push_back({.name = "1 GiB", .path = "ncclSend/ncclRecv (raw)", .blocks = gib_blocks,
+                          .runs = 1, .bytes = double(gib_blocks * stride), .median_ms = raw_ms,
+                          .gb_per_s = raw_nccl_gbs, .of_raw = 1.0});
+  ASSIGN_OR_RETURN(std::unique_ptr<NcclPair> pair,
+                   NcclPair::Create(OwnArena{.base = source.base(), .num_blocks = arena_blocks,
+                                             .block_stride = stride, .device = source_gpu},
+                                    OwnArena{.base = target.base(), .num_blocks = arena_blocks,
+                                             .block_stride = stride, .device = target_gpu},
+                                    source.chunk_sizes().at(0), target.chunk_sizes().at(0)));
+  for (const auto& shape : shapes) {
+    const std::vector<BlockCopyPair> moves =
+        Moves(shape.blocks, arena_blocks, shape.fragmented, 7);
+    const int64_t runs = static_cast<int64_t>(CoalesceRuns(moves).size());
+    ASSIGN_OR_RETURN(const double ms, MedianMs([&] { return pair->Move(moves); }));
+    const double bytes = double(shape.blocks * stride);
+    const double gbs = bytes / (ms * 1e-3) / 1e9;
+    report.cases.push_back({.name = shape.name,
+                            .path = runs <= static_cast<int64_t>(NcclTransport::kMaxDirectPieces)
+                                        ? "nccl, grouped sends"
+                                        : "nccl, staged gather/scatter",
+                            .blocks = shape.blocks,
+                            .runs = runs,
+                            .bytes = bytes,
+                            .median_ms = ms,
+                            .gb_per_s = gbs,
+                            .of_raw = gbs / raw_nccl_gbs});
+    std::fprintf(stderr, "migrate: nccl %s done\n", shape.name);
+  }
   return report;
 }
 

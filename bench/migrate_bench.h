@@ -1,7 +1,9 @@
 // kvpool-bench migrate: how fast a migration's receiving worker copies blocks from another pool's
 // cuda arena into its own, through the worker's own code (CudaExecutor::MoveBlocksFrom over two
 // cuMem arenas exported and imported as kvpoold and the workers do), beside a plain cudaMemcpy of
-// the same bytes in the same run (cudaMemcpyPeer when the pools are on two GPUs). CUDA builds.
+// the same bytes in the same run (cudaMemcpyPeer when the pools are on two GPUs). On two GPUs also
+// the nccl transport's path (worker/nccl_transport.h, a sender and a receiver thread as on two
+// workers) beside one raw ncclSend/ncclRecv of 1 GiB. CUDA builds.
 #pragma once
 
 #include <string>
@@ -19,7 +21,7 @@ struct MigrateCase {
   double bytes = 0;       // bytes moved (each read once and written once)
   double median_ms = 0;
   double gb_per_s = 0;    // bytes moved per second
-  double of_raw = 0;      // gb_per_s over the raw copy's
+  double of_raw = 0;      // gb_per_s over its raw baseline: cudaMemcpy(Peer), or ncclSend/Recv for nccl
 };
 
 struct MigrateReport {
