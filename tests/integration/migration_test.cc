@@ -166,6 +166,35 @@ TEST(MigrationTest, ThirtyTwoConcurrentSocketMigrationsAllLand) {
   ThirtyTwoConcurrentMigrationsLand({"--transport=socket"});
 }
 
+// Sends a Migrate of `seq` to pool 1 and waits until its blocks are reserved there.
+void StartMoveToPool1(Client& client, uint64_t seq) {
+  EnvelopeBuilder m = client.NewRequest();
+  auto r = m.envelope().getBody().initMigrate();
+  r.setSequence(seq);
+  r.setToPool(1);
+  ASSERT_TRUE(client.Send(m).ok());
+  for (int i = 0; i < 100; ++i) {
+    absl::StatusOr<PoolStats> stats = client.Stats();
+    ASSERT_TRUE(stats.ok());
+    if (stats->pools.at(1).blocks_reserved > 0) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  FAIL() << "the move never reserved its blocks";
+}
+
+// The reply to a move that failed: ABORTED, the sequence still on pool 0, nothing on pool 1.
+void ExpectAbortedOnPool0(Client& client) {
+  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = client.Receive(30'000);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  const absl::Status moved = MigrationResultOf(**reply).status();
+  EXPECT_TRUE(absl::IsAborted(moved)) << moved;
+  EXPECT_THAT(moved.message(), ::testing::HasSubstr("still lives in pool 0"));
+  absl::StatusOr<PoolStats> after = client.Stats();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->pools.at(1).blocks_reserved, 0u);
+  EXPECT_EQ(after->pools.at(1).blocks_used, 0u);
+}
+
 TEST(MigrationTest, AReceiverKilledMidMoveLeavesTheSequenceOnItsSourceAndNothingBehind) {
   auto service = StartTwoPools({"--arena_mib=256"});
   ASSERT_NE(service, nullptr);
@@ -189,16 +218,7 @@ TEST(MigrationTest, AReceiverKilledMidMoveLeavesTheSequenceOnItsSourceAndNothing
   EXPECT_EQ(client.Release(1).status().code(), absl::StatusCode::kFailedPrecondition)
       << "busy while it moves";
   service->Stop(receiver, SIGKILL);
-  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = client.Receive(30'000);
-  ASSERT_TRUE(reply.ok()) << reply.status();
-  const absl::Status moved = MigrationResultOf(**reply).status();
-  EXPECT_TRUE(absl::IsAborted(moved)) << moved;
-  EXPECT_THAT(moved.message(), ::testing::HasSubstr("still lives in pool 0"));
-
-  absl::StatusOr<PoolStats> after = client.Stats();
-  ASSERT_TRUE(after.ok());
-  EXPECT_EQ(after->pools.at(1).blocks_reserved, 0u);
-  EXPECT_EQ(after->pools.at(1).blocks_used, 0u);
+  ExpectAbortedOnPool0(client);
   // Still readable where it was: the next step equals a sequence that never tried to move.
   Client reference(InNamespace(service->client_options("reference"), "reference"));
   ASSERT_TRUE(reference.Prefill(2, prompt, nullptr, nullptr, {.pool = 0}).ok());
@@ -215,7 +235,7 @@ TEST(MigrationTest, AReceiverKilledMidMoveLeavesTheSequenceOnItsSourceAndNothing
   r2.setToPool(1);
   ASSERT_TRUE(client.Send(again).ok());
   service->Stop(service->decode_workers().at(0), SIGKILL);
-  reply = client.Receive(30'000);
+  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = client.Receive(30'000);
   ASSERT_TRUE(reply.ok()) << reply.status();
   absl::StatusOr<MigrationResult> landed = MigrationResultOf(**reply);
   ASSERT_TRUE(landed.ok()) << landed.status();
@@ -283,34 +303,6 @@ TEST(MigrationTest, OverASocketLinkContiguousAndFragmentedTablesGiveTheSameBits)
     ASSERT_TRUE(client->Release(seq).ok());
   }
   ExpectNothingHeld(stay);
-}
-
-// Sends a Migrate of `seq` to pool 1 and waits until its blocks are reserved there.
-void StartMoveToPool1(Client& client, uint64_t seq) {
-  EnvelopeBuilder m = client.NewRequest();
-  auto r = m.envelope().getBody().initMigrate();
-  r.setSequence(seq);
-  r.setToPool(1);
-  ASSERT_TRUE(client.Send(m).ok());
-  for (int i = 0; i < 100; ++i) {
-    absl::StatusOr<PoolStats> stats = client.Stats();
-    ASSERT_TRUE(stats.ok());
-    if (stats->pools.at(1).blocks_reserved > 0) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  FAIL() << "the move never reserved its blocks";
-}
-
-void ExpectAbortedOnPool0(Client& client) {
-  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = client.Receive(30'000);
-  ASSERT_TRUE(reply.ok()) << reply.status();
-  const absl::Status moved = MigrationResultOf(**reply).status();
-  EXPECT_TRUE(absl::IsAborted(moved)) << moved;
-  EXPECT_THAT(moved.message(), ::testing::HasSubstr("still lives in pool 0"));
-  absl::StatusOr<PoolStats> after = client.Stats();
-  ASSERT_TRUE(after.ok());
-  EXPECT_EQ(after->pools.at(1).blocks_reserved, 0u);
-  EXPECT_EQ(after->pools.at(1).blocks_used, 0u);
 }
 
 TEST(MigrationTest, KillingTheSocketReceiverOrSenderMidTransferLeavesNothingBehind) {
