@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "daemon/broker.h"  // the class whose members these are
+#include "daemon/served_arena.h"
 #include "protocol/status_codec.h"
 #include "protocol/transport_names.h"
 
@@ -68,7 +69,6 @@ absl::StatusOr<PoolIndex> Broker::Place(SeqId seq, int32_t requested, Role role)
 }
 
 uint64_t Broker::ChunkBytesOf(PoolIndex pool) const {
-  constexpr uint64_t kHostChunkBytes = uint64_t{64} << 20;
   return pool < options_.pool_chunk_bytes.size() ? options_.pool_chunk_bytes[pool]
                                                  : kHostChunkBytes;
 }
@@ -164,10 +164,8 @@ absl::Status Broker::StartMigration(SeqId seq, PoolIndex to, const std::string& 
       return absl::UnavailableError(
           absl::StrCat("no worker serves pool ", to, " to receive sequence ", seq));
     }
-    const bool source_served = std::any_of(workers_.begin(), workers_.end(), [&](const auto& w) {
-      return w.second.pool == source;
-    });
-    if (IsPaired(m.transport) && !source_served) {
+    const auto serves_source = [&](const auto& w) { return w.second.pool == source; };
+    if (IsPaired(m.transport) && std::none_of(workers_.begin(), workers_.end(), serves_source)) {
       return absl::UnavailableError(absl::StrCat("no worker serves pool ", source, " to send "
                                                  "sequence ", seq, " by ",
                                                  TransportName(m.transport)));

@@ -69,7 +69,6 @@ void Broker::StartPairedMove(JobId id, LeaseId receiver, LeaseId sender, Outbox&
   Migration& m = *job.migration;
   m.sender = sender;
   workers_.at(sender).job = id;
-  m.send_sent = false;
   const auto open = links_.find(std::make_pair(sender, receiver));
   m.fresh_link = m.transport != wire::Transport::NCCL || open == links_.end();
   m.link = m.fresh_link ? next_link_++ : open->second;

@@ -10,8 +10,6 @@
 namespace kvp {
 namespace {
 
-constexpr uint64_t kHostChunkBytes = uint64_t{64} << 20;
-
 uint64_t RoundUp(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
 
 class HostServedArena : public ServedArena {

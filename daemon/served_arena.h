@@ -13,6 +13,9 @@
 
 namespace kvp {
 
+// The chunk size of host (memfd) arenas; a cuda arena's follows its GPU's granularity.
+inline constexpr uint64_t kHostChunkBytes = uint64_t{64} << 20;
+
 class ServedArena {
  public:
   virtual ~ServedArena() = default;
