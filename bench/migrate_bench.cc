@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstdio>
 #include <numeric>
 #include <random>
@@ -159,6 +160,40 @@ class NcclPair {
   bool open_ = false;
 };
 
+// The shapes a migration bench moves: `blocks` blocks, contiguous or random on both sides.
+struct MoveShape {
+  const char* name;
+  int64_t blocks;
+  bool fragmented;
+};
+
+// Times `move` on each shape's moves (wall time, MedianMs) and adds a case each, named by
+// `path_of(runs)`, against the raw baseline's `raw_gbs`.
+absl::Status AddShapeCases(const std::vector<MoveShape>& shapes, int64_t arena_blocks,
+                           int64_t stride, double raw_gbs,
+                           const std::function<const char*(int64_t runs)>& path_of,
+                           const std::function<absl::Status(const std::vector<BlockCopyPair>&)>& move,
+                           MigrateReport& report) {
+  for (const MoveShape& shape : shapes) {
+    const std::vector<BlockCopyPair> moves =
+        Moves(shape.blocks, arena_blocks, shape.fragmented, 7);
+    const int64_t runs = static_cast<int64_t>(CoalesceRuns(moves).size());
+    ASSIGN_OR_RETURN(const double ms, MedianMs([&] { return move(moves); }));
+    const double bytes = double(shape.blocks * stride);
+    const double gbs = bytes / (ms * 1e-3) / 1e9;
+    report.cases.push_back({.name = shape.name,
+                            .path = path_of(runs),
+                            .blocks = shape.blocks,
+                            .runs = runs,
+                            .bytes = bytes,
+                            .median_ms = ms,
+                            .gb_per_s = gbs,
+                            .of_raw = gbs / raw_gbs});
+    std::fprintf(stderr, "migrate: %s by %s done\n", shape.name, path_of(runs));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<MigrateReport> RunMigrateBench(int source_gpu, int target_gpu) {
@@ -224,33 +259,22 @@ absl::StatusOr<MigrateReport> RunMigrateBench(int source_gpu, int target_gpu) {
                             .of_raw = 1.0});
   }
   // The worker's own path, wall time from the call to the bytes in place (launches included).
-  const struct {
-    const char* name;
-    int64_t blocks;
-    bool fragmented;
-  } shapes[] = {{"1 GiB contiguous", gib_blocks, false},
-                {"1 GiB fragmented", gib_blocks, true},
-                {"64 MiB sequence, contiguous", (int64_t{64} << 20) / stride, false},
-                {"64 MiB sequence, fragmented", (int64_t{64} << 20) / stride, true}};
-  for (const auto& shape : shapes) {
-    const std::vector<BlockCopyPair> moves =
-        Moves(shape.blocks, arena_blocks, shape.fragmented, 7);
-    const int64_t runs = static_cast<int64_t>(CoalesceRuns(moves).size());
-    ASSIGN_OR_RETURN(const double ms, MedianMs([&] {
-      return executor->MoveBlocksFrom(source_view.base(), arena_blocks, moves);
-    }));
-    const double bytes = double(shape.blocks * stride);
-    const double gbs = bytes / (ms * 1e-3) / 1e9;
-    report.cases.push_back({.name = shape.name,
-                            .path = runs <= 8 ? "copy engine" : "block move kernel",
-                            .blocks = shape.blocks,
-                            .runs = runs,
-                            .bytes = bytes,
-                            .median_ms = ms,
-                            .gb_per_s = gbs,
-                            .of_raw = gbs / raw_gbs});
-    std::fprintf(stderr, "migrate: %s done\n", shape.name);
-  }
+  const std::vector<MoveShape> shapes = {
+      {"1 GiB contiguous", gib_blocks, false},
+      {"1 GiB fragmented", gib_blocks, true},
+      {"64 MiB sequence, contiguous", (int64_t{64} << 20) / stride, false},
+      {"64 MiB sequence, fragmented", (int64_t{64} << 20) / stride, true}};
+  RETURN_IF_ERROR(AddShapeCases(
+      shapes, arena_blocks, stride, raw_gbs,
+      [](int64_t runs) {
+        return runs <= static_cast<int64_t>(CudaExecutor::kMaxCopyEngineRuns)
+                   ? "copy engine"
+                   : "block move kernel";
+      },
+      [&](const std::vector<BlockCopyPair>& moves) {
+        return executor->MoveBlocksFrom(source_view.base(), arena_blocks, moves);
+      },
+      report));
   cudaStreamDestroy(stream);
   if (source_gpu == target_gpu) {
     std::fprintf(stderr, "migrate: NCCL needs two GPUs (it refuses two ranks on one); "
@@ -274,25 +298,14 @@ absl::StatusOr<MigrateReport> RunMigrateBench(int source_gpu, int target_gpu) {
                                     OwnArena{.base = target.base(), .num_blocks = arena_blocks,
                                              .block_stride = stride, .device = target_gpu},
                                     source.chunk_sizes().at(0), target.chunk_sizes().at(0)));
-  for (const auto& shape : shapes) {
-    const std::vector<BlockCopyPair> moves =
-        Moves(shape.blocks, arena_blocks, shape.fragmented, 7);
-    const int64_t runs = static_cast<int64_t>(CoalesceRuns(moves).size());
-    ASSIGN_OR_RETURN(const double ms, MedianMs([&] { return pair->Move(moves); }));
-    const double bytes = double(shape.blocks * stride);
-    const double gbs = bytes / (ms * 1e-3) / 1e9;
-    report.cases.push_back({.name = shape.name,
-                            .path = runs <= static_cast<int64_t>(NcclTransport::kMaxDirectPieces)
-                                        ? "nccl, grouped sends"
-                                        : "nccl, staged gather/scatter",
-                            .blocks = shape.blocks,
-                            .runs = runs,
-                            .bytes = bytes,
-                            .median_ms = ms,
-                            .gb_per_s = gbs,
-                            .of_raw = gbs / raw_nccl_gbs});
-    std::fprintf(stderr, "migrate: nccl %s done\n", shape.name);
-  }
+  RETURN_IF_ERROR(AddShapeCases(
+      shapes, arena_blocks, stride, raw_nccl_gbs,
+      [](int64_t runs) {
+        return runs <= static_cast<int64_t>(NcclTransport::kMaxDirectRuns)
+                   ? "nccl, grouped sends"
+                   : "nccl, staged gather/scatter";
+      },
+      [&](const std::vector<BlockCopyPair>& moves) { return pair->Move(moves); }, report));
   return report;
 }
 

@@ -84,8 +84,6 @@ absl::Status CudaExecutor::Copy(const std::vector<BlockCopyPair>& copies) {
 
 absl::Status CudaExecutor::MoveBlocksFrom(const uint8_t* source, int64_t source_blocks,
                                           const std::vector<BlockCopyPair>& moves) {
-  // Past this many runs a table counts as fragmented: one kernel launch beats a copy per run.
-  constexpr size_t kMaxCopyEngineRuns = 8;
   std::vector<int32_t> from, to;
   for (const auto& [s, t] : moves) {
     from.push_back(s);

@@ -22,6 +22,10 @@ class CudaExecutor : public Executor {
                                                               JobContext ctx, int device);
   ~CudaExecutor() override;
 
+  // Past this many runs a move's table counts as fragmented (MoveBlocksFrom): one kernel launch
+  // beats a copy per run.
+  static constexpr size_t kMaxCopyEngineRuns = 8;
+
   absl::Status Prefill(const PrefillWork& work) override;
   absl::StatusOr<std::vector<DecodeStepResult>> Decode(const DecodeWork& work) override;
   // `source` is a device address this GPU can read (the same GPU, or a peer's mapped here). Few

@@ -134,7 +134,7 @@ absl::Status NcclTransport::Move(const MigrateWork& work) {
   KVP_CUDA_RETURN_IF_ERROR(cudaSetDevice(arena_.device));
   absl::StatusOr<ncclComm_t> comm = CommFor(work);
   if (!comm.ok()) return comm.status();
-  const bool direct = CoalesceRuns(work.moves).size() <= kMaxDirectPieces;
+  const bool direct = CoalesceRuns(work.moves).size() <= kMaxDirectRuns;
   absl::Status moved = direct ? MoveDirect(work, *comm) : MoveStaged(work, *comm);
   if (moved.ok()) moved = Drain(*comm, work);
   if (!moved.ok()) Forget(work.link->id);  // the peer may be half-way: this link is done

@@ -36,7 +36,7 @@ class NcclTransport : public PairedTransport {
   absl::Status Send(const MigrateWork& work) override;
 
   // More runs than this make a table fragmented: staged through the gather/scatter kernels.
-  static constexpr size_t kMaxDirectPieces = 8;
+  static constexpr size_t kMaxDirectRuns = 8;
   // Each of the two staging slots holds this many bytes of whole blocks (at least one block).
   static constexpr uint64_t kSlotBytes = uint64_t{32} << 20;
 
