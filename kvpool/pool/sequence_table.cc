@@ -128,7 +128,8 @@ absl::StatusOr<SequenceImage> SequenceTable::Image(SeqId seq) const {
 }
 
 absl::StatusOr<std::vector<BlockMove>> SequenceTable::Import(SeqId seq, LeaseId lease,
-                                                             SequenceImage image) {
+                                                             SequenceImage image,
+                                                             size_t* staged_taken) {
   if (seqs_.contains(seq)) {
     return absl::AlreadyExistsError(absl::StrCat("sequence ", seq, " is in this pool already"));
   }
@@ -148,11 +149,29 @@ absl::StatusOr<std::vector<BlockMove>> SequenceTable::Import(SeqId seq, LeaseId 
     hits.push_back(*hit);
     table[i] = *hit;
   }
-  const int misses = static_cast<int>(image.blocks.size() - hits.size());
+  // Staged copies stand in for the blocks they copied; a hit is taken over a staged copy.
+  auto staged = staged_.find(seq);
+  if (staged != staged_.end() && staged->second.owner != lease) staged = staged_.end();
+  absl::flat_hash_set<BlockId> taken;
+  for (size_t i = 0; i < table.size() && staged != staged_.end(); ++i) {
+    if (table[i] >= 0) continue;
+    if (auto copy = staged->second.copies.find(image.blocks[i]);
+        copy != staged->second.copies.end()) {
+      table[i] = copy->second;
+      taken.insert(copy->second);
+    }
+  }
+  const int misses = static_cast<int>(image.blocks.size() - hits.size() - taken.size());
   absl::StatusOr<std::vector<BlockId>> reserved = allocator_->Reserve(lease, misses);
-  if (!reserved.ok()) {
+  if (!reserved.ok()) {  // nothing changes: the staged blocks stay staged
     for (BlockId b : hits) allocator_->Release(lease, b).IgnoreError();
     return reserved.status();
+  }
+  if (staged != staged_.end()) {
+    for (const auto& [source, copy] : staged->second.copies) {
+      if (!taken.contains(copy)) allocator_->Abort(lease, copy).IgnoreError();
+    }
+    staged_.erase(staged);
   }
   std::vector<BlockMove> moves;
   moves.reserve(misses);
@@ -161,6 +180,8 @@ absl::StatusOr<std::vector<BlockMove>> SequenceTable::Import(SeqId seq, LeaseId 
     table[i] = (*reserved)[next++];
     moves.push_back({.source = image.blocks[i], .target = table[i]});
   }
+  reserved->insert(reserved->end(), taken.begin(), taken.end());  // committed with the rest
+  if (staged_taken != nullptr) *staged_taken = taken.size();
   Sequence& s = seqs_[seq];
   s.owner = lease;
   s.incarnation = next_incarnation_++;
@@ -172,6 +193,64 @@ absl::StatusOr<std::vector<BlockMove>> SequenceTable::Import(SeqId seq, LeaseId 
   s.pending.hit_blocks = std::move(hits);
   s.pending.import = std::move(image);
   return moves;
+}
+
+absl::StatusOr<std::vector<BlockMove>> SequenceTable::Stage(SeqId seq, LeaseId lease,
+                                                            absl::Span<const BlockId> sources) {
+  if (seqs_.contains(seq)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", seq, " is in this pool already: nothing to stage"));
+  }
+  auto it = staged_.find(seq);
+  if (it != staged_.end() && it->second.owner != lease) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("sequence ", seq, " has blocks staged by another lease"));
+  }
+  std::vector<BlockId> wanted;
+  for (BlockId b : sources) {
+    const bool known = (it != staged_.end() && it->second.copies.contains(b)) ||
+                       std::find(wanted.begin(), wanted.end(), b) != wanted.end();
+    if (!known) wanted.push_back(b);
+  }
+  ASSIGN_OR_RETURN(const std::vector<BlockId> reserved,
+                   allocator_->Reserve(lease, static_cast<int>(wanted.size())));
+  Staged& staged = staged_[seq];
+  staged.owner = lease;
+  std::vector<BlockMove> moves;
+  moves.reserve(wanted.size());
+  for (size_t i = 0; i < wanted.size(); ++i) {
+    staged.copies.emplace(wanted[i], reserved[i]);
+    moves.push_back({.source = wanted[i], .target = reserved[i]});
+  }
+  if (staged.copies.empty()) staged_.erase(seq);
+  return moves;
+}
+
+void SequenceTable::Unstage(SeqId seq, absl::Span<const BlockMove> moves) {
+  auto it = staged_.find(seq);
+  if (it == staged_.end()) return;
+  Staged& staged = it->second;
+  for (const BlockMove& m : moves) {
+    auto copy = staged.copies.find(m.source);
+    if (copy == staged.copies.end() || copy->second != m.target) continue;
+    allocator_->Abort(staged.owner, copy->second).IgnoreError();
+    staged.copies.erase(copy);
+  }
+  if (staged.copies.empty()) staged_.erase(it);
+}
+
+void SequenceTable::DropStaged(SeqId seq) {
+  auto it = staged_.find(seq);
+  if (it == staged_.end()) return;
+  for (const auto& [source, copy] : it->second.copies) {
+    allocator_->Abort(it->second.owner, copy).IgnoreError();
+  }
+  staged_.erase(it);
+}
+
+size_t SequenceTable::StagedBlocks(SeqId seq) const {
+  auto it = staged_.find(seq);
+  return it == staged_.end() ? 0 : it->second.copies.size();
 }
 
 bool SequenceTable::Importing(SeqId seq) const {
@@ -300,6 +379,14 @@ absl::Status SequenceTable::CheckAgainst(
     const BlockAllocator& allocator,
     const absl::flat_hash_map<LeaseId, LeaseHoldings>& outside) const {
   absl::flat_hash_map<LeaseId, LeaseHoldings> expected = outside;
+  for (const auto& [seq, staged] : staged_) {
+    LeaseHoldings& h = expected[staged.owner];
+    for (const auto& [source, copy] : staged.copies) {
+      if (!h.reserved.insert(copy).second) {
+        return absl::InternalError(absl::StrCat("block ", copy, " is staged twice"));
+      }
+    }
+  }
   for (const auto& [id, s] : seqs_) {
     LeaseHoldings& h = expected[s.owner];
     const std::vector<BlockId>& reserved = s.pending.plan.reserved;
@@ -333,6 +420,7 @@ absl::Status SequenceTable::CheckAgainst(
 }
 
 int64_t SequenceTable::ForgetLease(LeaseId lease) {
+  absl::erase_if(staged_, [&](const auto& entry) { return entry.second.owner == lease; });
   return static_cast<int64_t>(absl::erase_if(seqs_, [&](const auto& entry) {
     if (entry.second.owner != lease) return false;
     Changed(entry.first);

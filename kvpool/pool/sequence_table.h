@@ -104,18 +104,35 @@ class SequenceTable {
   absl::StatusOr<SequenceImage> Image(SeqId seq) const;
 
   // Plans rebuilding `image` here as `seq`, owned by `lease`: blocks this pool holds under the
-  // image's keys are referenced, a block is reserved for each other one. Commit makes it
+  // image's keys are referenced, blocks `lease` staged for it are taken (those not needed are
+  // given back), a block is reserved for each other one. Commit makes it
   // readable as the image says; Abort drops it. Until then it is pending, like an append.
   // ALREADY_EXISTS when `seq` is here; RESOURCE_EXHAUSTED (nothing changes) when it does not fit.
-  absl::StatusOr<std::vector<BlockMove>> Import(SeqId seq, LeaseId lease, SequenceImage image);
+  // `staged_taken`, if set, is how many staged blocks were taken.
+  absl::StatusOr<std::vector<BlockMove>> Import(SeqId seq, LeaseId lease, SequenceImage image,
+                                                size_t* staged_taken = nullptr);
 
   // True while `seq` is an Import that is neither committed nor aborted.
   bool Importing(SeqId seq) const;
 
+  // ---- Staging: blocks copied here before their sequence is imported (a sliced prefill
+  // streamed to its decode pool, docs/design.md §6) ----
+  // Reserves for `lease` a block here for each of `sources` (blocks of `seq` in its home pool that
+  // are full and never written again) not staged already: the caller copies them there, and
+  // Import of `seq` by `lease` takes the staged copies instead of reserving and copying again.
+  // FAILED_PRECONDITION when `seq` is here or staged by another lease; RESOURCE_EXHAUSTED (nothing
+  // changes) when they do not fit.
+  absl::StatusOr<std::vector<BlockMove>> Stage(SeqId seq, LeaseId lease,
+                                               absl::Span<const BlockId> sources);
+  // Gives back the staged blocks of `moves` (a copy that failed), or every one of `seq`.
+  void Unstage(SeqId seq, absl::Span<const BlockMove> moves);
+  void DropStaged(SeqId seq);
+  size_t StagedBlocks(SeqId seq) const;
+
   // Drops the sequence (a pending append is aborted) and its references.
   absl::Status Release(SeqId seq);
 
-  // Forgets every sequence of `lease` without touching the allocator: call before
+  // Forgets every sequence (and staged block) of `lease` without touching the allocator: call before
   // BlockAllocator::ReleaseLease, which returns their blocks. Returns how many were dropped.
   int64_t ForgetLease(LeaseId lease);
 
@@ -142,8 +159,8 @@ class SequenceTable {
   absl::Status Restore(SeqId seq, CommittedSequence committed);
 
   // OK when the allocator's holdings are exactly what the tables say: each lease reserves its
-  // pending appends' new blocks and references its sequences' other blocks (once per sequence),
-  // plus the block a pending copy-on-write replaced. O(blocks). For tests and fuzzers.
+  // pending appends' new blocks and its staged blocks and references its sequences' other blocks
+  // (once per sequence), plus the block a pending copy-on-write replaced. O(blocks). For tests and fuzzers.
   // `outside` adds what leases hold apart from any table (a restart's quarantine, pool.h).
   absl::Status CheckAgainst(const BlockAllocator& allocator,
                             const absl::flat_hash_map<LeaseId, LeaseHoldings>& outside = {}) const;
@@ -182,6 +199,12 @@ class SequenceTable {
   BlockAllocator* allocator_;
   int32_t block_size_;
   absl::flat_hash_map<SeqId, Sequence> seqs_;
+  // Staged blocks by sequence: their owner and the staged copy of each source block.
+  struct Staged {
+    LeaseId owner = 0;
+    absl::flat_hash_map<BlockId, BlockId> copies;  // source block -> reserved block here
+  };
+  absl::flat_hash_map<SeqId, Staged> staged_;
   absl::flat_hash_set<SeqId>* changes_ = nullptr;
   uint64_t next_incarnation_ = 1;
 };

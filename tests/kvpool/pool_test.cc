@@ -136,6 +136,83 @@ TEST(PoolTest, AnImportThatDoesNotFitChangesNothing) {
   ASSERT_TRUE(pools->CheckInvariants().ok());
 }
 
+// A sliced prefill's stream: blocks staged on the decode pool while the prefill is written are
+// taken by the import, those it does not need go back, and nothing staged outlives its lease.
+TEST(PoolTest, StagedBlocksAreTakenByTheImportOrGivenBack) {
+  FakeClock clock;
+  const int64_t stride = BlockLayout::Create(Spec()).value().block_stride();
+  auto pools = PoolSet::Create(Spec(), 8 * stride, 2, &clock, 3'000'000).value();
+  SequenceTable& source = pools->pool(0).sequences();
+  SequenceTable& target = pools->pool(1).sequences();
+  const LeaseId client = pools->leases().Grant("client");
+  const LeaseId other = pools->leases().Grant("other");
+  std::vector<int32_t> tokens(200);  // three full blocks of 64 and a partial one
+  for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = static_cast<int32_t>(i + 11);
+  ASSERT_TRUE(source.Append(7, client, tokens).ok());
+  const std::vector<BlockId> table(source.Blocks(7).value().begin(),
+                                   source.Blocks(7).value().end());
+
+  // Staged while the append is pending: one block each, a block staged twice only once.
+  const std::vector<BlockMove> first = target.Stage(7, client, {table[0], table[1]}).value();
+  ASSERT_EQ(first.size(), 2u);
+  EXPECT_EQ(first[0].source, table[0]);
+  EXPECT_EQ(target.Stage(7, client, {table[1], table[2]}).value().size(), 1u);
+  EXPECT_EQ(target.StagedBlocks(7), 3u);
+  EXPECT_EQ(pools->pool(1).blocks().counts().reserved, 3);
+  EXPECT_EQ(target.Stage(7, other, {table[3]}).status().code(),
+            absl::StatusCode::kFailedPrecondition);
+  const std::vector<BlockMove> last = target.Stage(7, client, std::vector<BlockId>(5, table[3])).value();
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(target.Stage(8, client, {0, 1, 2, 3, 4}).status().code(),
+            absl::StatusCode::kResourceExhausted) << "4 of 8 are staged";
+  EXPECT_EQ(target.StagedBlocks(8), 0u);
+  ASSERT_TRUE(pools->CheckInvariants().ok());
+  // A copy that failed gives its block back; a move naming another target changes nothing.
+  target.Unstage(7, {{.source = table[3], .target = last[0].target + 1}});
+  EXPECT_EQ(target.StagedBlocks(7), 4u);
+  target.Unstage(7, last);
+  EXPECT_EQ(target.StagedBlocks(7), 3u);
+  EXPECT_EQ(pools->pool(1).blocks().counts().reserved, 3);
+  ASSERT_TRUE(pools->CheckInvariants().ok());
+
+  // The import takes the staged copies of blocks 0 to 2; block 3 (the partial one) is copied.
+  ASSERT_TRUE(source.Commit(7).ok());
+  const SequenceImage image = source.Image(7).value();
+  ASSERT_EQ(image.blocks.size(), 4u);
+  size_t taken = 0;
+  const std::vector<BlockMove> moves = target.Import(7, client, image, &taken).value();
+  EXPECT_EQ(taken, 3u);
+  ASSERT_EQ(moves.size(), 1u);
+  EXPECT_EQ(moves[0].source, table[3]);
+  EXPECT_EQ(target.StagedBlocks(7), 0u);
+  EXPECT_EQ(pools->pool(1).blocks().counts().reserved, 4);
+  ASSERT_TRUE(pools->CheckInvariants().ok());
+  ASSERT_TRUE(target.Commit(7).ok());
+  ASSERT_TRUE(source.Release(7).ok());
+  EXPECT_EQ(target.Length(7).value(), 200);
+  EXPECT_EQ(pools->pool(1).blocks().counts().used, 4);
+  ASSERT_TRUE(pools->CheckInvariants().ok());
+
+  // Staged blocks the import does not need (the destination holds the prefix) go back to free,
+  // and a lease's end takes its staged blocks with it.
+  ASSERT_TRUE(source.Append(9, client, tokens).ok());
+  ASSERT_TRUE(source.Commit(9).ok());  // prefix hits of 7's cached blocks
+  const SequenceImage nine = source.Image(9).value();
+  ASSERT_TRUE(target.Release(7).ok());  // its full blocks stay cached on pool 1
+  ASSERT_EQ(target.Stage(9, client, {nine.blocks[0], nine.blocks[3]}).value().size(), 2u);
+  const std::vector<BlockMove> rest = target.Import(9, client, nine, &taken).value();
+  EXPECT_EQ(taken, 1u) << "block 0 is a hit there; only the partial block's copy is taken";
+  EXPECT_TRUE(rest.empty());
+  ASSERT_TRUE(target.Abort(9).ok());
+  EXPECT_EQ(pools->pool(1).blocks().counts().reserved, 0);
+  ASSERT_TRUE(target.Stage(9, client, {nine.blocks[1]}).ok());
+  pools->leases().Revoke(client);
+  pools->ForgetLease(client);
+  EXPECT_EQ(target.StagedBlocks(9), 0u);
+  EXPECT_EQ(pools->pool(1).blocks().counts().reserved, 0);
+  ASSERT_TRUE(pools->CheckInvariants().ok());
+}
+
 TEST(PoolTest, AnMlaPoolKeepsItsSlotsInt32) {
   const PoolSpec spec = MlaPoolSpec(/*num_layers=*/1, /*block_size=*/16, /*indexer_ue8m0=*/true);
   const uint64_t stride = static_cast<uint64_t>(BlockLayout::Create(spec)->block_stride());
