@@ -55,6 +55,8 @@ MigrationResult MigrationFromWire(wire::MigrationReport::Reader m) {
                     .blocks_shared = m.getBlocksShared(),
                     .bytes = m.getBytes(),
                     .micros = m.getMicros(),
+                    .streamed_blocks = m.getStreamedBlocks(),
+                    .after_prefill_micros = m.getAfterPrefillMicros(),
                     .length = 0,
                     .error = absl::OkStatus()};
   if (m.hasError()) {
@@ -136,6 +138,7 @@ void Client::BuildPrefill(EnvelopeBuilder& request, uint64_t sequence,
   p.setSequence(sequence);
   p.setPool(placement.pool);
   p.setDecodePool(placement.decode_pool);
+  p.setChunkTokens(placement.chunk_tokens);
   p.setCacheNamespace(cache_namespace);
   FillList(p.initTokens(tokens.size()), tokens);
   if (activations != nullptr) {

@@ -46,6 +46,9 @@ struct ClientOptions {
 struct Placement {
   int32_t pool = -1;
   int32_t decode_pool = -1;
+  // With a decode pool elsewhere: written in slices of this many tokens, each slice's blocks moved
+  // while the next is written (-1: kvpoold's --prefill_chunk_tokens; 0: whole, moved after).
+  int32_t chunk_tokens = -1;
 };
 
 // How a sequence moved between pools.
@@ -56,6 +59,8 @@ struct MigrationResult {
   uint32_t blocks_shared = 0;  // the destination held them already
   uint64_t bytes = 0;
   uint64_t micros = 0;
+  uint32_t streamed_blocks = 0;     // of blocks_moved, those moved while the prefill was written
+  uint64_t after_prefill_micros = 0;  // a prefill's: from its last write to decode-ready
   int64_t length = 0;          // the sequence's tokens (Migrate)
   absl::Status error;          // a prefill's move that failed: the sequence stays on from_pool
 };

@@ -2,6 +2,7 @@
 //
 //   kvpoolctl health | stats
 //   kvpoolctl prefill SEQ [--tokens=N | --token_ids=1,2,3] [--pool=P] [--decode_pool=D]
+//                     [--chunk_tokens=C]
 //   kvpoolctl migrate SEQ --to=POOL
 //   kvpoolctl decode SEQ [--token=T] [--steps=N]
 //   kvpoolctl fork SRC DST | release SEQ
@@ -9,6 +10,8 @@
 //   kvpoolctl bench-control [--requests=20000] [--json] [--out=FILE]
 //   kvpoolctl bench-decode [--batch=64 --context=32768 --steps=20 --pool_kind=mla] [--json]
 //                          [--out=FILE]
+//   kvpoolctl bench-stream [--context=65536 --chunk_tokens=8192 --runs=5 --pool=0
+//                          --decode_pool=1] [--json] [--out=FILE]
 //   kvpoolctl curve-keygen FILE   (a CURVE key pair: FILE holds the secret, FILE.pub the public)
 //
 // Remote kvpoold (its --tcp_endpoint): --endpoint=tcp://HOST:PORT --curve_server_key=FILE
@@ -45,6 +48,7 @@
 #include "client/calibrate.h"
 #include "client/client.h"
 #include "client/control_bench.h"
+#include "client/stream_bench.h"
 #include "client/decode_bench.h"
 #include "client/progress.h"
 #include "client/workload.h"
@@ -60,6 +64,10 @@ ABSL_FLAG(std::string, token_ids, "", "prefill: explicit token ids, comma-separa
 ABSL_FLAG(int, pool, -1, "prefill: the pool it runs on (-1: kvpoold chooses)");
 ABSL_FLAG(int, decode_pool, -1,
           "prefill: the pool the sequence is decoded on, moved there once written (-1: stays)");
+ABSL_FLAG(int, chunk_tokens, -1,
+          "prefill with --decode_pool: slices whose blocks move while the next is written (-1: "
+          "kvpoold's --prefill_chunk_tokens, 0: whole); bench-stream: the sliced runs' (-1: 8192)");
+ABSL_FLAG(int, runs, 5, "bench-stream: prefills per mode");
 ABSL_FLAG(int, to, -1, "migrate: the pool to move the sequence to");
 ABSL_FLAG(int, token, 1, "decode: the new token id");
 ABSL_FLAG(int, steps, 1, "decode: steps to run; bench-decode: timed steps");
@@ -75,7 +83,7 @@ ABSL_FLAG(int, batch, 64, "bench-decode: sequences per step (forks of one prompt
 ABSL_FLAG(std::string, pool_kind, "",
           "bench-decode: the pool kind kvpoold must serve, kv or mla (kvpoold --pool_kind); "
           "empty: whatever it serves");
-ABSL_FLAG(int, context, 32768, "bench-decode: prompt tokens");
+ABSL_FLAG(int, context, 32768, "bench-decode, bench-stream: prompt tokens");
 ABSL_FLAG(std::string, placement, "default",
           "bench-decode: how kvpoold, the workers and this client sit on CPUs (for example "
           "'one core each'), recorded in the report");
@@ -116,6 +124,11 @@ std::string MigrationLine(const MigrationResult& m) {
       "moved pool %u -> pool %u by %s: %u blocks copied, %u shared, %llu bytes in %.3f ms",
       m.from_pool, m.to_pool, TransportName(m.transport), m.blocks_moved, m.blocks_shared,
       (unsigned long long)m.bytes, m.micros * 1e-3);
+  if (m.streamed_blocks > 0 || m.after_prefill_micros > 0) {
+    absl::StrAppendFormat(&line, " (%u blocks while it was prefilled; decode-ready %.3f ms "
+                          "after the prefill's last write)", m.streamed_blocks,
+                          m.after_prefill_micros * 1e-3);
+  }
   if (!m.error.ok()) line = absl::StrCat("not moved: ", m.error.ToString());
   return line;
 }
@@ -284,7 +297,8 @@ absl::Status Run(const std::vector<char*>& args) {
       tokens = WorkloadPrompt(c, 0);
     }
     const Placement placement{.pool = absl::GetFlag(FLAGS_pool),
-                              .decode_pool = absl::GetFlag(FLAGS_decode_pool)};
+                              .decode_pool = absl::GetFlag(FLAGS_decode_pool),
+                              .chunk_tokens = absl::GetFlag(FLAGS_chunk_tokens)};
     ASSIGN_OR_RETURN(PrefillResult r, client.Prefill(seq, tokens, nullptr, nullptr, placement));
     std::printf("sequence %llu: length %lld (%d prefix-hit tokens), pool %u\n",
                 static_cast<unsigned long long>(seq), static_cast<long long>(r.length),
@@ -377,6 +391,21 @@ absl::Status Run(const std::vector<char*>& args) {
     return Emit(DecodeBenchTable(report),
                 DecodeBenchJson(report, TodayUtc(), Hostname(), absl::GetFlag(FLAGS_device)));
   }
+  if (command == "bench-stream") {
+    RETURN_IF_ERROR(WaitForWorkers(client));
+    StreamBenchConfig c;
+    c.context = absl::GetFlag(FLAGS_context);
+    if (absl::GetFlag(FLAGS_chunk_tokens) >= 0) c.chunk_tokens = absl::GetFlag(FLAGS_chunk_tokens);
+    c.runs = absl::GetFlag(FLAGS_runs);
+    c.pool = std::max(0, absl::GetFlag(FLAGS_pool));
+    c.decode_pool = absl::GetFlag(FLAGS_decode_pool) >= 0 ? absl::GetFlag(FLAGS_decode_pool) : 1;
+    ProgressBar bar;
+    ASSIGN_OR_RETURN(StreamBenchReport report,
+                     RunStreamBench(client, c, [&](const std::string& phase, int64_t done,
+                                                   int64_t total) { bar.Update(phase, done, total); }));
+    return Emit(StreamBenchTable(report),
+                StreamBenchJson(report, TodayUtc(), Hostname(), absl::GetFlag(FLAGS_device)));
+  }
   return absl::InvalidArgumentError(absl::StrCat("unknown command '", command, "'; see --help"));
 }
 
@@ -387,7 +416,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "kvpoolctl COMMAND [ARGS]: health, stats, prefill SEQ, decode SEQ, migrate SEQ --to=P, "
       "fork SRC DST, "
-      "release SEQ, bench, bench-control, bench-decode, curve-keygen FILE, calibrate");
+      "release SEQ, bench, bench-control, bench-decode, bench-stream, curve-keygen FILE, "
+      "calibrate");
   kvp::KeepFreedMemoryForReuse();
   std::vector<std::string> storage;
   const absl::StatusOr<std::vector<char*>> args =

@@ -199,6 +199,10 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
     }
     RETURN_IF_ERROR(ChooseTransport(pool, *decode_pool).status());
   }
+  if (r.getChunkTokens() < -1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "chunkTokens ", r.getChunkTokens(), ": -1 (kvpoold's), 0 (whole) or a slice's tokens"));
+  }
   RETURN_IF_ERROR(CheckRequestLimit(ClientLease(from)));
   const std::vector<int32_t> tokens = ListToVector<int32_t>(r.getTokens());
   SequenceTable& sequences = pools_->pool(pool).sequences();
@@ -212,8 +216,8 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
     RETURN_IF_ERROR(sequences.Commit(seq));
     if (decode_pool.has_value()) {
       // Committed: a move that cannot start is said in the reply, never as the prefill's error.
-      const absl::Status started =
-          StartMigration(seq, *decode_pool, from, id, lease, /*after_prefill=*/true, hits, out);
+      const AfterPrefill after{.prefix_hit_tokens = hits, .written_micros = clock_->NowMicros()};
+      const absl::Status started = StartMigration(seq, *decode_pool, from, id, lease, &after, out);
       if (!started.ok()) {
         const Migration failed{.from = pool, .to = *decode_pool};
         ReplyPrefill(from, id, seq, hits, &failed, started, 0, out);
@@ -236,6 +240,14 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
   if (r.hasActivations()) {
     CopyActivationRows(r.getActivations(), hits, count, job.initActivations());
   }
+  std::optional<PrefillSlices> slices;
+  if (decode_pool.has_value()) {
+    slices = SlicesFor(r.getChunkTokens(), count, pool, *decode_pool);
+    if (slices.has_value()) {
+      slices->whole = std::move(message);
+      message = PrefillSlice(slices->whole, 0, slices->size);
+    }
+  }
   Enqueue(Job{.kind = JobKind::kPrefill,
               .pool = pool,
               .client = from,
@@ -246,7 +258,9 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
               .message = std::move(message),
               .submitted_micros = clock_->NowMicros(),
               .then_migrate_to = decode_pool,
-              .migration = std::nullopt},
+              .migration = std::nullopt,
+              .slices = std::move(slices),
+              .stream_of = std::nullopt},
           out);
   return absl::OkStatus();
 }
@@ -353,7 +367,9 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
               .submitted_micros = now,
               .broker_micros = now - started,
               .then_migrate_to = std::nullopt,
-              .migration = std::nullopt},
+              .migration = std::nullopt,
+              .slices = std::nullopt,
+              .stream_of = std::nullopt},
           out);
   return absl::OkStatus();
 }

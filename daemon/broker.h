@@ -69,6 +69,9 @@ struct BrokerOptions {
   int64_t client_lease_micros = 30'000'000;    // clients' sequences outlive short pauses
   uint64_t epoch = 0;                          // changes with every kvpoold start
   int max_job_attempts = 2;
+  // A prefill with a decode pool elsewhere is written in slices of this many tokens, each one's
+  // full blocks streamed there while the next is written (PrefillRequest.chunkTokens); 0: whole.
+  int prefill_chunk_tokens = 8192;
   WireLimits limits;
   // Fair use, per client lease: blocks its sequences and reservations hold (0: no limit) and
   // prefill and decode requests queued or running. RESOURCE_EXHAUSTED names the limit passed.
@@ -158,6 +161,10 @@ class Broker {
     uint32_t blocks_shared = 0;
     int64_t started_micros = 0;
     bool after_prefill = false;  // answer with a PrefillReply (its prefix hits in the job)
+    // A prefill's move: when its last write was reported, and what its stream copied before.
+    int64_t prefill_end_micros = 0;
+    uint32_t blocks_streamed = 0;
+    uint64_t bytes_streamed = 0;
     // Paired moves: the sending worker of the source pool (0 until dispatched), the link between
     // it and the receiver, and whether the send job went out.
     LeaseId sender = 0;
@@ -165,6 +172,24 @@ class Broker {
     bool fresh_link = true;
     std::string token = {};
     bool send_sent = false;
+  };
+  // A prefill written in slices whose full blocks are copied to its decode pool while the later
+  // slices are written (a stream, docs/design.md §6). The prefill's job is sent once per slice
+  // and ends when its last slice and the stream move in flight have both ended, so its sequence
+  // stays busy and the staged blocks are never given back under a worker still writing them.
+  struct PrefillSlices {
+    EnvelopeBuilder whole{0};  // the PrefillJob of every token
+    uint32_t written = 0;   // its tokens written by the slices before the one sent
+    uint32_t size = 0;      // tokens per slice
+    PoolIndex to = 0;       // the decode pool
+    wire::Transport transport = wire::Transport::NONE;  // of the stream moves
+    size_t next_block = 0;  // the table's blocks before it are staged on the decode pool
+    uint32_t blocks_streamed = 0;  // copied there
+    uint64_t bytes_streamed = 0;
+    std::optional<JobId> moving;     // the stream move in flight
+    bool stopped = false;            // a stream move failed: the final move copies the rest
+    std::optional<absl::Status> parked;  // the last slice's result, while a stream move runs
+    int64_t written_micros = 0;          // when the last slice was reported
   };
   struct Job {
     JobKind kind;
@@ -184,6 +209,8 @@ class Broker {
     int64_t broker_micros = 0;  // time kvpoold spent on it: planning, then finishing
     std::optional<PoolIndex> then_migrate_to;  // a prefill whose sequence is decoded elsewhere
     std::optional<Migration> migration;        // a migrate job
+    std::optional<PrefillSlices> slices;       // a prefill written in slices
+    std::optional<JobId> stream_of;            // a stream move of this sliced prefill's blocks
   };
   struct Worker {
     std::string identity;
@@ -238,15 +265,40 @@ class Broker {
   // Starts moving client `lease`'s idle sequence `seq` to pool `to`, answering `client`'s request
   // `request_id` when it ends (at once when nothing needs copying): a migrate job of `to`.
   // The typed errors of docs/protocol.md; nothing changes when it fails.
+  // `after`: the prefill it ends (the reply is a PrefillReply), null for a Migrate request.
+  struct AfterPrefill {
+    int32_t prefix_hit_tokens = 0;
+    int64_t written_micros = 0;  // the prefill's last write reported
+    const PrefillSlices* slices = nullptr;  // what its stream copied; staged blocks are taken
+  };
   absl::Status StartMigration(SeqId seq, PoolIndex to, const std::string& client,
-                              uint64_t request_id, LeaseId lease, bool after_prefill,
-                              int32_t prefix_hit_tokens, Outbox& out);
+                              uint64_t request_id, LeaseId lease, const AfterPrefill* after,
+                              Outbox& out);
+  // The MigrateJob `id` copying `moves` of `seq` from pool `source` by `transport`.
+  EnvelopeBuilder MigrateJobMessage(JobId id, SeqId seq, PoolIndex source,
+                                    wire::Transport transport,
+                                    absl::Span<const BlockMove> moves) const;
   // How bytes go from `from` to `to` on the workers kvpoold has now (options_.transport, or the
   // best one); UNIMPLEMENTED without one.
   absl::StatusOr<wire::Transport> ChooseTransport(PoolIndex from, PoolIndex to) const;
   // UNIMPLEMENTED unless `transport` can move bytes from `from` to `to` with these workers.
   absl::Status CheckTransport(wire::Transport transport, PoolIndex from, PoolIndex to) const;
   uint64_t ChunkBytesOf(PoolIndex pool) const;
+  // ---- Sliced prefills and their streams (broker_streams.cc) ----
+  // The slices of a prefill to `to` of `count` tokens, or nullopt when it is written whole (no
+  // decode pool elsewhere, or no more tokens than a slice).
+  std::optional<PrefillSlices> SlicesFor(int32_t chunk_tokens, uint32_t count, PoolIndex from,
+                                         PoolIndex to) const;
+  // The PrefillJob of tokens [begin, end) of the whole one.
+  static EnvelopeBuilder PrefillSlice(const EnvelopeBuilder& whole, uint32_t begin, uint32_t end);
+  // A sliced prefill's slice ended: true when the job goes on (its next slice queued, or its end
+  // parked until its stream move ends); false when it ends now.
+  bool ContinueSlices(JobId id, const absl::Status& result, Outbox& out);
+  // Stages the sliced prefill `id`'s blocks completed since the last stream move on its decode
+  // pool and queues a move of them, unless one is in flight or its stream stopped.
+  void StreamBlocks(JobId id, Outbox& out);
+  // A stream move ended: its blocks stay staged (copied) or are given back (failed).
+  void EndStreamMove(const Job& move, const absl::Status& result, uint64_t bytes, Outbox& out);
   // ---- Paired moves (broker_paired_moves.cc) ----
   // An idle worker of the source pool to send `job`'s blocks to `receiver`: one with an open
   // link to it first.

@@ -211,7 +211,7 @@ void Broker::EndClient(LeaseId lease) {
 
 void Broker::Enqueue(Job job, Outbox& out) {
   const JobId id = job.message.envelope().getRequestId();
-  ++usage_[job.client_lease].requests;
+  if (!job.stream_of.has_value()) ++usage_[job.client_lease].requests;  // a stream is no request
   for (SeqId s : job.sequences) busy_[s] = id;
   queues_[static_cast<int>(job.kind)].push_back(id);
   jobs_.emplace(id, std::move(job));
@@ -292,12 +292,15 @@ void Broker::ForgetTables(SeqId seq) {
 
 void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone::Reader* done,
                        Outbox& out) {
+  if (ContinueSlices(id, result, out)) return;
   const int64_t started = clock_->NowMicros();
   auto node = jobs_.extract(id);
   Job& job = node.mapped();
   if (auto w = workers_.find(job.worker); w != workers_.end()) w->second.job.reset();
   for (SeqId s : job.sequences) busy_.erase(s);
-  if (auto u = usage_.find(job.client_lease); u != usage_.end()) --u->second.requests;
+  if (auto u = usage_.find(job.client_lease); u != usage_.end() && !job.stream_of.has_value()) {
+    --u->second.requests;
+  }
   const std::string kind = KindName(job.kind);
   if (job.migration.has_value()) NoteLinkEnd(*job.migration, job.worker, result);
   if (job.client_gone) {
@@ -310,6 +313,12 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
     return;
   }
   const double seconds = (clock_->NowMicros() - job.submitted_micros) * 1e-6;
+  if (job.stream_of.has_value()) {
+    metrics_.ObserveJob("stream", result.ok() ? "ok" : "error", seconds);
+    EndStreamMove(job, result, done != nullptr ? done->getBytes() : 0, out);
+    Dispatch(out);
+    return;
+  }
   const SeqId seq = job.sequences.front();
   if (job.kind == JobKind::kMigrate) {
     // The import on the destination commits or aborts; the source is let go only after a commit.
@@ -344,9 +353,13 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
     ReplyError(out, job.client, job.request_id, status);
   } else if (job.kind == JobKind::kPrefill && job.then_migrate_to.has_value()) {
     // Written: now to the pool it is decoded on. The prefill's reply waits for the move.
-    const absl::Status started_move =
-        StartMigration(seq, *job.then_migrate_to, job.client, job.request_id, job.client_lease,
-                       /*after_prefill=*/true, job.prefix_hit_tokens, out);
+    const PrefillSlices* slices = job.slices.has_value() ? &*job.slices : nullptr;
+    const AfterPrefill after{
+        .prefix_hit_tokens = job.prefix_hit_tokens,
+        .written_micros = slices != nullptr ? slices->written_micros : clock_->NowMicros(),
+        .slices = slices};
+    const absl::Status started_move = StartMigration(
+        seq, *job.then_migrate_to, job.client, job.request_id, job.client_lease, &after, out);
     if (!started_move.ok()) {
       const Migration failed{.from = job.pool, .to = *job.then_migrate_to};
       ReplyPrefill(job.client, job.request_id, seq, job.prefix_hit_tokens, &failed, started_move,
@@ -364,6 +377,8 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
     d.setBrokerMicros(static_cast<uint64_t>(job.broker_micros + clock_->NowMicros() - started));
     Reply(out, job.client, std::move(reply));
   }
+  // What a sliced prefill staged on its decode pool and its final move did not take goes back.
+  if (job.slices.has_value()) pools_->pool(job.slices->to).sequences().DropStaged(seq);
   Dispatch(out);
 }
 

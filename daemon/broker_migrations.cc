@@ -135,18 +135,25 @@ absl::Status Broker::HandleMigrate(const std::string& from, uint64_t id,
   if (draining_) return absl::UnavailableError("kvpoold is draining; retry on another instance");
   const LeaseId lease = ClientLease(from);
   RETURN_IF_ERROR(CheckRequestLimit(lease));
-  return StartMigration(r.getSequence(), r.getToPool(), from, id, lease, /*after_prefill=*/false,
-                        0, out);
+  return StartMigration(r.getSequence(), r.getToPool(), from, id, lease, /*after=*/nullptr, out);
 }
 
 absl::Status Broker::StartMigration(SeqId seq, PoolIndex to, const std::string& client,
-                                    uint64_t request_id, LeaseId lease, bool after_prefill,
-                                    int32_t prefix_hit_tokens, Outbox& out) {
+                                    uint64_t request_id, LeaseId lease,
+                                    const AfterPrefill* after, Outbox& out) {
   RETURN_IF_ERROR(CheckPool(to));
   RETURN_IF_ERROR(CheckOwnedIdle(seq, lease));
   ASSIGN_OR_RETURN(const PoolIndex source, HomeOf(seq));
   Migration m{.from = source, .to = to, .started_micros = clock_->NowMicros(),
-              .after_prefill = after_prefill};
+              .after_prefill = after != nullptr};
+  if (after != nullptr) {
+    m.prefill_end_micros = after->written_micros;
+    if (after->slices != nullptr) {
+      m.bytes_streamed = after->slices->bytes_streamed;
+      m.transport = after->slices->transport;
+    }
+  }
+  const int32_t prefix_hit_tokens = after != nullptr ? after->prefix_hit_tokens : 0;
   Job job{.kind = JobKind::kMigrate,
           .pool = to,
           .client = client,
@@ -157,9 +164,13 @@ absl::Status Broker::StartMigration(SeqId seq, PoolIndex to, const std::string& 
           .message = EnvelopeBuilder(next_job_),
           .submitted_micros = m.started_micros,
           .then_migrate_to = std::nullopt,
-          .migration = std::nullopt};
+          .migration = std::nullopt,
+          .slices = std::nullopt,
+          .stream_of = std::nullopt};
   if (source != to) {
-    ASSIGN_OR_RETURN(m.transport, ChooseTransport(source, to));
+    if (m.transport == wire::Transport::NONE) {
+      ASSIGN_OR_RETURN(m.transport, ChooseTransport(source, to));
+    }
     if (!CanRunSomewhere(job)) {
       return absl::UnavailableError(
           absl::StrCat("no worker serves pool ", to, " to receive sequence ", seq));
@@ -172,39 +183,50 @@ absl::Status Broker::StartMigration(SeqId seq, PoolIndex to, const std::string& 
     }
     ASSIGN_OR_RETURN(SequenceImage image, pools_->pool(source).sequences().Image(seq));
     const size_t blocks = image.blocks.size();
+    SequenceTable& target = pools_->pool(to).sequences();
+    size_t taken = 0;  // staged blocks: copied by the prefill's stream
     ASSIGN_OR_RETURN(const std::vector<BlockMove> moves,
-                     pools_->pool(to).sequences().Import(seq, lease, std::move(image)));
-    m.blocks_moved = static_cast<uint32_t>(moves.size());
-    m.blocks_shared = static_cast<uint32_t>(blocks - moves.size());
+                     target.Import(seq, lease, std::move(image), &taken));
+    // A staged block the destination has come to hold meanwhile (a hit) was given back.
+    m.blocks_streamed = static_cast<uint32_t>(taken);
+    m.blocks_moved = static_cast<uint32_t>(moves.size() + m.blocks_streamed);
+    m.blocks_shared = static_cast<uint32_t>(blocks - m.blocks_moved);
     if (!moves.empty()) {
-      const JobId job_id = next_job_++;
-      auto mj = job.message.envelope().getBody().initMigrateJob();
-      mj.setJob(job_id);
-      mj.setSequence(seq);
-      mj.setSourcePool(source);
-      mj.setSourceChannel(options_.fd_channel_paths[source]);
-      mj.setSourceGpu(options_.pool_gpus[source]);
-      mj.setTransport(m.transport);
-      auto list = mj.initMoves(static_cast<unsigned>(moves.size()));
-      for (size_t i = 0; i < moves.size(); ++i) {
-        list[i].setSource(moves[i].source);
-        list[i].setTarget(moves[i].target);
-      }
+      job.message = MigrateJobMessage(next_job_++, seq, source, m.transport, moves);
       job.migration = m;
       Enqueue(std::move(job), out);
       return absl::OkStatus();
     }
-    m.transport = wire::Transport::NONE;  // the destination held every block
+    if (m.blocks_streamed == 0) m.transport = wire::Transport::NONE;  // nothing was copied
   }
   // Nothing to copy: the move commits now.
   const absl::Status moved = source == to ? absl::OkStatus() : EndMigration(seq, m, {}, 0);
-  if (after_prefill) {
+  if (after != nullptr) {
     ReplyPrefill(client, request_id, seq, prefix_hit_tokens, &m, moved, 0, out);
     return absl::OkStatus();
   }
   RETURN_IF_ERROR(moved);
   ReplyMigrate(client, request_id, seq, m, 0, out);
   return absl::OkStatus();
+}
+
+EnvelopeBuilder Broker::MigrateJobMessage(JobId id, SeqId seq, PoolIndex source,
+                                          wire::Transport transport,
+                                          absl::Span<const BlockMove> moves) const {
+  EnvelopeBuilder message(id);
+  auto mj = message.envelope().getBody().initMigrateJob();
+  mj.setJob(id);
+  mj.setSequence(seq);
+  mj.setSourcePool(source);
+  mj.setSourceChannel(options_.fd_channel_paths[source]);
+  mj.setSourceGpu(options_.pool_gpus[source]);
+  mj.setTransport(transport);
+  auto list = mj.initMoves(static_cast<unsigned>(moves.size()));
+  for (size_t i = 0; i < moves.size(); ++i) {
+    list[i].setSource(moves[i].source);
+    list[i].setTarget(moves[i].target);
+  }
+  return message;
 }
 
 absl::Status Broker::EndMigration(SeqId seq, const Migration& m, absl::Status result,
@@ -226,11 +248,13 @@ absl::Status Broker::EndMigration(SeqId seq, const Migration& m, absl::Status re
   }
   const char* transport = TransportName(m.transport);
   const int64_t micros = clock_->NowMicros() - m.started_micros;
-  metrics_.ObserveMigration(transport, status.ok(), bytes, micros * 1e-6);
+  metrics_.ObserveMigration(transport, status.ok(), bytes + m.bytes_streamed, micros * 1e-6);
   if (status.ok()) {
-    spdlog::info("sequence {} moved from pool {} to pool {} by {}: {} blocks copied, {} shared, "
-                 "{} bytes, {} us", seq, m.from, m.to, transport, m.blocks_moved,
-                 m.blocks_shared, bytes, micros);
+    metrics_.streamed_blocks += m.blocks_streamed;
+    spdlog::info("sequence {} moved from pool {} to pool {} by {}: {} blocks copied ({} while it "
+                 "was prefilled), {} shared, {} bytes, {} us", seq, m.from, m.to, transport,
+                 m.blocks_moved, m.blocks_streamed, m.blocks_shared, bytes + m.bytes_streamed,
+                 micros);
     return status;
   }
   spdlog::warn("sequence {}: the move from pool {} to pool {} by {} failed: {}", seq, m.from,
@@ -248,9 +272,14 @@ void Broker::FillMigrationReport(const Migration& m, const absl::Status& status,
   report.setTransport(m.transport);
   report.setBlocksMoved(m.blocks_moved);
   report.setBlocksShared(m.blocks_shared);
-  report.setBytes(bytes);
-  report.setMicros(static_cast<uint64_t>(std::max<int64_t>(0, clock_->NowMicros() -
-                                                                  m.started_micros)));
+  report.setBytes(bytes + m.bytes_streamed);
+  const int64_t now = clock_->NowMicros();
+  report.setMicros(static_cast<uint64_t>(std::max<int64_t>(0, now - m.started_micros)));
+  report.setStreamedBlocks(m.blocks_streamed);
+  if (m.after_prefill) {
+    report.setAfterPrefillMicros(
+        static_cast<uint64_t>(std::max<int64_t>(0, now - m.prefill_end_micros)));
+  }
   if (!status.ok()) StatusToWire(status, report.initError());
 }
 

@@ -181,6 +181,9 @@ std::string RenderPrometheus(const BrokerMetrics& m, const PoolGauges& g) {
   absl::StrAppend(&out, "kvpool_jobs_requeued_total ", m.jobs_requeued, "\n");
   Header(out, "kvpool_leases_reaped_total", "counter", "Leases that expired and were reaped.");
   absl::StrAppend(&out, "kvpool_leases_reaped_total ", m.leases_reaped, "\n");
+  Header(out, "kvpool_migration_streamed_blocks_total", "counter",
+         "Blocks of prefills moved to their decode pool while the prefill was still written.");
+  absl::StrAppend(&out, "kvpool_migration_streamed_blocks_total ", m.streamed_blocks, "\n");
   Header(out, "kvpool_prefix_hit_blocks_total", "counter", "Blocks reused by prefix hits.");
   absl::StrAppend(&out, "kvpool_prefix_hit_blocks_total ", m.prefix_hit_blocks, "\n");
   Header(out, "kvpool_prefix_hit_tokens_total", "counter", "Tokens not written thanks to prefix hits.");

@@ -47,6 +47,7 @@ struct BrokerMetrics {
   std::map<std::pair<std::string, std::string>, uint64_t> migrations;  // (transport, outcome)
   std::map<std::string, uint64_t> migrated_bytes;                      // by transport
   std::map<std::string, Histogram> migration_seconds;                  // by transport
+  uint64_t streamed_blocks = 0;  // moved while their prefill was written (sliced prefills)
 
   void ObserveJob(const std::string& kind, const std::string& outcome, double seconds);
   void ObserveMigration(const std::string& transport, bool ok, uint64_t bytes, double seconds);

@@ -142,6 +142,11 @@ struct PrefillRequest {
   # it there once written, before the reply.
   pool @4 :Int32 = -1;
   decodePool @5 :Int32 = -1;
+  # With a decodePool: the prefill is written in slices of this many tokens, and each slice's
+  # completed blocks are copied to the decode pool while the next is written, so that only the
+  # last slice's blocks are left to move when the prefill ends (docs/design.md §6). -1: kvpoold's
+  # --prefill_chunk_tokens; 0: one slice, everything moved at the end.
+  chunkTokens @6 :Int32 = -1;
 }
 
 struct PrefillReply {
@@ -172,6 +177,11 @@ struct MigrationReport {
   # Set when the move failed: nothing was committed on toPool and the sequence, unchanged, still
   # lives on fromPool.
   error @7 :Error;
+  # A prefill's move: of blocksMoved, those copied while the prefill was still being written (a
+  # sliced prefill, PrefillRequest.chunkTokens), and kvpoold's time from the prefill's last write
+  # to the commit on toPool, when the sequence can be decoded there.
+  streamedBlocks @8 :UInt32;
+  afterPrefillMicros @9 :UInt64;
 }
 
 # Moves a sequence to another pool (rebalancing, or decode elsewhere). Two-phase: the blocks are

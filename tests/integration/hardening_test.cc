@@ -42,19 +42,6 @@ std::vector<int32_t> Tokens(int n, int32_t first) {
   return t;
 }
 
-// Random K/V (and index K) for `tokens` tokens of the pool's shape.
-TokenActivations RandomActivations(const PoolSpec& spec, size_t tokens, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  const size_t row = size_t(spec.num_kv_heads) * spec.head_dim;
-  TokenActivations a;
-  for (int l = 0; l < spec.num_layers; ++l) {
-    a.k.push_back(RandomBf16(rng, tokens * row));
-    a.v.push_back(RandomBf16(rng, tokens * row));
-    if (spec.indexer) a.index_k.push_back(RandomBf16(rng, tokens * 128));
-  }
-  return a;
-}
-
 absl::StatusOr<std::vector<float>> DecodeLastLayer(Client& client, uint64_t seq) {
   absl::StatusOr<DecodeResult> r = client.Decode({DecodeStepRequest{seq, 7, std::nullopt}});
   if (!r.ok()) return r.status();

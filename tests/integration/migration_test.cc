@@ -127,6 +127,96 @@ TEST(MigrationTest, AFragmentedBlockTableMovesWhole) {
   ExpectNothingHeld(a);
 }
 
+// A long prefill decoded elsewhere is written in slices whose full blocks stream to the decode
+// pool while the next slice is written: synthetic and client tensors alike decode to the bits of
+// a sequence written whole that never moved.
+TEST(MigrationTest, ASlicedPrefillStreamedToTheDecodePoolGivesTheSameBits) {
+  auto service = StartTwoPools();
+  ASSERT_NE(service, nullptr);
+  Client stay(InNamespace(service->client_options("a"), "a"));
+  Client move(InNamespace(service->client_options("b"), "b"));
+  const absl::StatusOr<PoolHealth> h = stay.Health();
+  ASSERT_TRUE(h.ok()) << h.status();
+  const int block = h->spec.block_size;
+  const std::vector<int32_t> prompt = Tokens(60 * block + 17, 5);  // 61 blocks, slices of 2
+  const TokenActivations tensors = RandomActivations(h->spec, prompt.size(), 7);
+  ASSERT_TRUE(stay.Prefill(1, prompt, nullptr, nullptr, {.pool = 0}).ok());
+  ASSERT_TRUE(stay.Prefill(3, prompt, &tensors, &h->spec, {.pool = 0}).ok());
+  for (const auto& [seq, act] : {std::pair<uint64_t, const TokenActivations*>{2, nullptr},
+                                 {4, &tensors}}) {
+    const absl::StatusOr<PrefillResult> r =
+        move.Prefill(seq, prompt, act, act != nullptr ? &h->spec : nullptr,
+                     {.pool = 0, .decode_pool = 1, .chunk_tokens = 2 * block});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->pool, 1u);
+    EXPECT_EQ(r->length, static_cast<int64_t>(prompt.size()));
+    ASSERT_TRUE(r->migration.has_value());
+    EXPECT_TRUE(r->migration->error.ok()) << r->migration->error;
+    EXPECT_EQ(r->migration->blocks_moved, 61u);
+    EXPECT_EQ(r->migration->blocks_shared, 0u);
+    // 31 slices of which 30 finish blocks the receiver streams (it is idle): most move early.
+    EXPECT_GT(r->migration->streamed_blocks, 0u);
+    EXPECT_LE(r->migration->streamed_blocks, 60u) << "the partial last block moves at the end";
+  }
+  ExpectSameOutputs(DecodeSteps(stay, 1, 2), DecodeSteps(move, 2, 2));
+  ExpectSameOutputs(DecodeSteps(stay, 3, 2), DecodeSteps(move, 4, 2));
+  for (uint64_t seq : {1, 3}) ASSERT_TRUE(stay.Release(seq).ok());
+  for (uint64_t seq : {2, 4}) ASSERT_TRUE(move.Release(seq).ok());
+  ExpectNothingHeld(stay);
+}
+
+// The receiver of a stream killed while the prefill is written: the prefill still commits on its
+// pool, its move says why it did not happen, and neither pool keeps a staged block.
+TEST(MigrationTest, AStreamsReceiverKilledMidPrefillLeavesTheSequenceOnItsSource) {
+  auto service = StartTwoPools({"--arena_mib=256"});
+  ASSERT_NE(service, nullptr);
+  Client client(service->client_options("streamed"));
+  Client reference(InNamespace(service->client_options("reference"), "reference"));
+  const absl::StatusOr<PoolHealth> h = client.Health();
+  ASSERT_TRUE(h.ok()) << h.status();
+  const std::vector<int32_t> prompt = Tokens(100 * h->spec.block_size, 3);
+  ASSERT_TRUE(reference.Prefill(2, prompt, nullptr, nullptr, {.pool = 0}).ok());
+  // Stopped, the receiver holds the first stream move without running it; killed, it never
+  // reports, and its lease runs out while (or after) the slices are written.
+  const pid_t receiver = service->decode_workers().at(1);
+  ASSERT_EQ(::kill(receiver, SIGSTOP), 0);
+  EnvelopeBuilder m = client.NewRequest();
+  Client::BuildPrefill(m, 1, prompt, nullptr, nullptr, "",
+                       {.pool = 0, .decode_pool = 1, .chunk_tokens = h->spec.block_size});
+  ASSERT_TRUE(client.Send(m).ok());
+  bool staged = false;
+  for (int i = 0; i < 200 && !staged; ++i) {
+    absl::StatusOr<PoolStats> stats = client.Stats();
+    ASSERT_TRUE(stats.ok());
+    staged = stats->pools.at(1).blocks_reserved > 0;
+    if (!staged) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  ASSERT_TRUE(staged) << "no block was ever staged on pool 1";
+  service->Stop(receiver, SIGKILL);
+  absl::StatusOr<std::unique_ptr<ParsedEnvelope>> reply = client.Receive(60'000);
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  const absl::StatusOr<PrefillResult> r = PrefillResultOf(**reply);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->pool, 0u) << "written on pool 0, and still there";
+  EXPECT_EQ(r->length, static_cast<int64_t>(prompt.size()));
+  ASSERT_TRUE(r->migration.has_value());
+  EXPECT_FALSE(r->migration->error.ok());
+  absl::StatusOr<PoolStats> stats = client.Stats();
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->pools.at(1).blocks_reserved, 0u);
+  EXPECT_EQ(stats->pools.at(1).blocks_used, 0u);
+  ExpectSameOutputs(DecodeSteps(client, 1, 1), DecodeSteps(reference, 2, 1));
+  // With a receiver again it moves whole.
+  service->StartWorker("decode", 1);
+  ASSERT_TRUE(service->WaitForWorkers(3, 20'000).ok());
+  absl::StatusOr<MigrationResult> landed = client.Migrate(1, 1);
+  ASSERT_TRUE(landed.ok()) << landed.status();
+  ExpectSameOutputs(DecodeSteps(client, 1, 1), DecodeSteps(reference, 2, 1));
+  ASSERT_TRUE(client.Release(1).ok());
+  ASSERT_TRUE(reference.Release(2).ok());
+  ExpectNothingHeld(client);
+}
+
 void ThirtyTwoConcurrentMigrationsLand(const std::vector<std::string>& flags) {
   std::vector<std::string> all = {"--arena_mib=128"};
   all.insert(all.end(), flags.begin(), flags.end());

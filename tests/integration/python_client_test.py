@@ -91,6 +91,18 @@ class PythonClientTest(ServiceTestCase):
         self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
         self.client.release(40)
 
+    def test_a_sliced_prefill_streams_to_its_decode_pool(self):
+        tokens = [t * 5 + 2 for t in range(300)]  # five blocks of 64, slices of one
+        reply = self.client.prefill(42, tokens, pool=0, decode_pool=1, chunk_tokens=64)
+        self.assertEqual(reply["pool"], 1)
+        self.assertEqual(reply["migration"]["blocksMoved"], 5)
+        self.assertNotIn("error", reply["migration"])
+        self.assertEqual(self.client.decode([(42, 5)])["outputs"][0]["length"], 301)
+        with self.assertRaises(kvpool_client.KvpoolError) as e:
+            self.client.prefill(43, tokens, pool=0, decode_pool=1, chunk_tokens=-5)
+        self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
+        self.client.release(42)
+
     def test_prefill_decode_fork_release(self):
         tokens = list(range(5000, 5150))
         self.assertEqual(self.client.prefill(1, tokens)["length"], 150)

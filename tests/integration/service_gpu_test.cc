@@ -116,12 +116,14 @@ TEST(ServiceGpuTest, TwoPoolsOnOneGpuMoveSequencesByPeerCopyBitForBit) {
   std::vector<int32_t> prompt(5000);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i * 31 % 50000);
   ASSERT_TRUE(stay.Prefill(1, prompt, nullptr, nullptr, {.pool = 0}).ok());
-  absl::StatusOr<PrefillResult> moved =
-      move.Prefill(2, prompt, nullptr, nullptr, {.pool = 0, .decode_pool = 1});
+  // Written in slices of 1024 tokens whose blocks stream to pool 1 while the next is written.
+  absl::StatusOr<PrefillResult> moved = move.Prefill(
+      2, prompt, nullptr, nullptr, {.pool = 0, .decode_pool = 1, .chunk_tokens = 1024});
   ASSERT_TRUE(moved.ok()) << moved.status();
   ASSERT_TRUE(moved->migration.has_value());
   EXPECT_TRUE(moved->migration->error.ok()) << moved->migration->error;
   EXPECT_EQ(moved->migration->transport, wire::Transport::PEER_COPY);
+  EXPECT_EQ(moved->migration->blocks_moved, 79u) << "5000 tokens in blocks of 64";
   EXPECT_EQ(moved->pool, 1u);
   for (int step = 0; step < 4; ++step) {
     const DecodeStepRequest a{1, 100 + step, std::nullopt, nullptr, nullptr};

@@ -11,11 +11,13 @@
 
 #include <chrono>
 #include <filesystem>
+#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "protocol/endpoints.h"
+#include "tests/testing/test_data.h"
 
 extern char** environ;
 
@@ -44,6 +46,18 @@ int FreePort() {
                      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
   if (fd >= 0) ::close(fd);
   return found ? ntohs(addr.sin_port) : -1;
+}
+
+TokenActivations RandomActivations(const PoolSpec& spec, size_t tokens, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const size_t row = size_t(spec.num_kv_heads) * spec.head_dim;
+  TokenActivations a;
+  for (int l = 0; l < spec.num_layers; ++l) {
+    a.k.push_back(RandomBf16(rng, tokens * row));
+    a.v.push_back(RandomBf16(rng, tokens * row));
+    if (spec.indexer) a.index_k.push_back(RandomBf16(rng, tokens * 128));
+  }
+  return a;
 }
 
 ServiceOptions TwoPoolOptions(const std::string& backend) {

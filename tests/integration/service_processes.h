@@ -36,6 +36,9 @@ struct ServiceOptions {
 // and restart tests): --pools=2 on the host backend, --gpus=0,0 (two pools on GPU 0) on cuda.
 ServiceOptions TwoPoolOptions(const std::string& backend = "host");
 
+// Random K/V (and index K) for `tokens` tokens of the pool's shape: a client's own tensors.
+TokenActivations RandomActivations(const PoolSpec& spec, size_t tokens, uint64_t seed);
+
 class ServiceProcesses {
  public:
   // Starts kvpoold (--arena_mib=64 --layers=2 --topk=64 --heartbeat_ms=100
