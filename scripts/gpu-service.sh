@@ -7,6 +7,7 @@
 #     per step) and returning lengths only (what a full model's decode returns),
 #   - the same with kvpoold, each worker and the client pinned to a core of their own (what
 #     deploy/ recommends: a ZeroMQ hop then wakes one thread on another core instead of three),
+#   - a long prefill on one pool decoded on another (scripts/gpu-stream.sh),
 # each written as JSON into OUT_DIR.   scripts/gpu-service.sh OUT_DIR
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
@@ -72,5 +73,7 @@ pin_daemon="taskset -c 2" pin_prefill="taskset -c 4" pin_decode="taskset -c 6"
 run_service --arena_mib=12288 --layers=61 --topk=2048
 bench_decode "taskset -c 8" "one core each: kvpoold 2, prefill 4, decode 6, client 8" "-pinned"
 stop_service
+
+scripts/gpu-stream.sh "$out" || status=1
 
 exit $status
