@@ -235,8 +235,15 @@ absl::Status SocketTransport::Receive(const MigrateWork& work) {
       if (errno == EINTR || errno == EAGAIN || errno == ECONNABORTED) continue;
       return Errno("accept");
     }
-    const absl::Status header = CheckHeader(connection.get(), work, stream, deadline);
-    if (absl::IsDeadlineExceeded(header)) return header;
+    const Clock::time_point header_deadline =
+        std::min(deadline, Clock::now() + options_.header_timeout);
+    const absl::Status header = CheckHeader(connection.get(), work, stream, header_deadline);
+    if (!header.ok() && Clock::now() >= deadline) return header;
+    if (absl::IsDeadlineExceeded(header)) {
+      spdlog::warn("link {}: closed a connection that sent no header within {} ms",
+                   work.link->id, options_.header_timeout.count());
+      continue;
+    }
     if (!header.ok()) {
       spdlog::warn("link {}: closed a connection: {}", work.link->id, header.ToString());
       continue;

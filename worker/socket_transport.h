@@ -6,6 +6,7 @@
 // "Socket moves".
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 
@@ -17,6 +18,10 @@ namespace kvp {
 struct SocketTransportOptions {
   std::string listen_address = "127.0.0.1";  // numeric IPv4 or IPv6 address the receiver binds
   uint64_t max_bytes_per_second = 0;         // the sender's pace; 0: as fast as TCP goes
+  // A connection must present its header and token this soon, else the receiver closes it and
+  // waits for the next: a peer that connects and sends nothing cannot hold the link until its
+  // deadline. The sender writes them as soon as it is connected.
+  std::chrono::milliseconds header_timeout{2000};
 };
 
 class SocketTransport : public PairedTransport {

@@ -143,6 +143,34 @@ TEST(SocketTransportTest, MovesExactlyAndClosesConnectionsWithoutTheToken) {
   ExpectMoved(a, receive);
 }
 
+TEST(SocketTransportTest, APeerThatConnectsAndSendsNothingHoldsTheReceiverOnlyBriefly) {
+  Arenas a;
+  SocketTransport receiver(a.Target(), {.header_timeout = std::chrono::milliseconds(200)});
+  SocketTransport sender(a.Source(), {});
+  const MigrateWork receive = Work(wire::TransferSide::RECEIVE, "", 3000);
+  absl::StatusOr<std::string> endpoint = receiver.Open(receive);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  absl::Status received;
+  std::thread waiting([&] { received = receiver.Receive(receive); });
+  // Two silent connections, kept open past the link's deadline, then the sender.
+  std::vector<int> silent;
+  const size_t colon = endpoint->rfind(':');
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(std::stoi(endpoint->substr(colon + 1))));
+  ::inet_pton(AF_INET, endpoint->substr(0, colon).c_str(), &address.sin_addr);
+  for (int i = 0; i < 2; ++i) {
+    silent.push_back(::socket(AF_INET, SOCK_STREAM, 0));
+    ASSERT_EQ(::connect(silent.back(), reinterpret_cast<sockaddr*>(&address), sizeof(address)), 0);
+  }
+  const absl::Status sent = sender.Send(Work(wire::TransferSide::SEND, *endpoint, 3000));
+  waiting.join();
+  for (int fd : silent) ::close(fd);
+  ASSERT_TRUE(sent.ok()) << sent;
+  ASSERT_TRUE(received.ok()) << received;
+  ExpectMoved(a, receive);
+}
+
 TEST(SocketTransportTest, APacedSenderStillMovesEverything) {
   Arenas a;
   SocketTransport receiver(a.Target(), {});
