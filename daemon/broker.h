@@ -356,6 +356,8 @@ class Broker {
 
   void Enqueue(Job job, Outbox& out);
   void Dispatch(Outbox& out);
+  // Starts every queued paired move for which an idle receiver and an idle sender exist.
+  void StartPairedMoves(Outbox& out);
   // The decode job for `worker`: the template plus each step's block table as a delta against
   // what that worker holds.
   EnvelopeBuilder DecodeJobFor(const Job& job, LeaseId worker);

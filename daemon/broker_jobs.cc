@@ -218,7 +218,36 @@ void Broker::Enqueue(Job job, Outbox& out) {
   Dispatch(out);
 }
 
+void Broker::StartPairedMoves(Outbox& out) {
+  auto& queue = queues_[static_cast<int>(JobKind::kMigrate)];
+  const std::vector<JobId> queued(queue.begin(), queue.end());
+  for (JobId id : queued) {
+    const Job& job = jobs_.at(id);
+    if (!job.migration.has_value() || !IsPaired(job.migration->transport)) continue;
+    // An idle receiver with an idle sender: a pair with an open link first.
+    std::optional<std::pair<LeaseId, LeaseId>> pair;
+    for (const auto& [lease, w] : workers_) {
+      if (w.job.has_value() || !CanRun(w, job)) continue;
+      const std::optional<LeaseId> sender = IdleSender(job, lease);
+      if (!sender.has_value()) continue;
+      const bool linked = links_.contains(std::make_pair(*sender, lease));
+      if (!pair.has_value() || linked) pair = std::make_pair(lease, *sender);
+      if (linked) break;
+    }
+    if (!pair.has_value()) continue;
+    std::erase(queue, id);
+    Job& started = jobs_.at(id);
+    started.worker = pair->first;
+    ++started.attempts;
+    workers_.at(pair->first).job = id;
+    StartPairedMove(id, pair->first, pair->second, out);
+  }
+}
+
 void Broker::Dispatch(Outbox& out) {
+  // Paired moves first: their sender is a worker of the source pool that takes its own role's
+  // next job the moment it is free, so a source pool kept busy would starve moves out of it.
+  StartPairedMoves(out);
   for (auto& [lease, worker] : workers_) {
     if (worker.job.has_value()) continue;
     // Its role's jobs first, then migrations into its pool; the oldest of its pool in each that

@@ -834,6 +834,45 @@ TEST_F(BrokerPairedTest, ASocketMoveJoinsItsTwoWorkersAndEndsOnTheReceiversRepor
   Send("p0", Done(freed[0].second->envelope().getBody().getPrefillJob().getJob()));
 }
 
+TEST_F(BrokerPairedTest, APairedMoveTakesItsSenderBeforeTheSendersOwnQueuedJobs) {
+  BrokerOptions options = DefaultOptions();
+  options.transport = wire::Transport::SOCKET;
+  UseOptions(options);
+  // p0 is wanted by its own queue and, as the only worker of pool 0, by the move as its sender;
+  // the move must win whatever order the broker looks at its workers in.
+  Register("p1", wire::Role::PREFILL, 1);
+  Register("p0", wire::Role::PREFILL, 0);
+  Register("d1", wire::Role::DECODE, 1);
+  ASSERT_EQ(PrefillOnPool0(5, 3, -1).size(), 1u);  // sequence 3 lives on pool 0
+  // p0 writes sequence 4, sequence 5's prefill waits for it, and so does the move of 3.
+  EnvelopeBuilder four = Prefill(6, 4, 10), five = Prefill(7, 5, 10);
+  four.envelope().getBody().getPrefill().setPool(0);
+  five.envelope().getBody().getPrefill().setPool(0);
+  auto running = Send("c", four);
+  ASSERT_EQ(running.size(), 1u);
+  EXPECT_EQ(running[0].first, "p0");
+  EXPECT_TRUE(Send("c", five).empty());
+  EXPECT_TRUE(Send("c", Migrate(8, 3, 1)).empty()) << "no idle sender on pool 0";
+  // p0 is free: it becomes the move's sender (its receiver d1 is idle) before it takes prefill 5,
+  // so a source pool kept busy by its own jobs cannot starve moves out of it.
+  auto next = Send("p0", Done(running[0].second->envelope().getBody().getPrefillJob().getJob()));
+  ASSERT_EQ(next.size(), 2u);
+  EXPECT_EQ(next[0].first, "c");
+  EXPECT_TRUE(next[0].second->envelope().getBody().isPrefillReply());
+  const std::string receiver = next[1].first;  // either worker of pool 1
+  EXPECT_THAT(receiver, ::testing::AnyOf("p1", "d1"));
+  ASSERT_TRUE(next[1].second->envelope().getBody().isMigrateJob());
+  const uint64_t move = JobOf(*next[1].second);
+  auto send = Send(receiver, Ready(move, "127.0.0.1:4242"));
+  ASSERT_EQ(send.size(), 1u);
+  EXPECT_EQ(send[0].first, "p0");
+  auto prefill5 = Send("p0", Done(move));  // the sender is free: now prefill 5
+  ASSERT_EQ(prefill5.size(), 1u);
+  EXPECT_TRUE(prefill5[0].second->envelope().getBody().isPrefillJob());
+  ASSERT_EQ(Send(receiver, Done(move)).size(), 1u);
+  Send("p0", Done(prefill5[0].second->envelope().getBody().getPrefillJob().getJob()));
+}
+
 TEST_F(BrokerPairedTest, AReceiverThatFailsAbortsTheMoveAndTheSendersLateReportIsTaken) {
   BrokerOptions options = DefaultOptions();
   options.transport = wire::Transport::SOCKET;
