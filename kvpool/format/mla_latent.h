@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cfloat>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -46,6 +47,31 @@ KVP_HD float MlaTileScale(const float* tile) {
 KVP_HD uint8_t MlaLatentCode(float x, float s) {
   const uint8_t code = E4m3FromFloat(DivRn(x, s));
   return (code & 0x7F) == kE4m3NanCode ? kE4m3NanCode : code;
+}
+
+// x / s without a division per value, for writers that encode many values of one tile: for a
+// scale s in [kMlaQuotientMinScale, FLT_MAX] and r = MlaReciprocal(s) = RN(1/s), MlaQuotient(x, s, r)
+// has MlaLatentCode's code for every x of the tile (|x| <= 448 s). q = RN(x·r) is within 1.5 ulp of
+// x / s, the residual x - q·s is exact in one fma, and RN(q + residual·r) is the rounded quotient
+// (Markstein's correction). The residual is exact wherever the code depends on the last bit: for
+// |x / s| >= 2^-10 with s >= 2^-90; smaller quotients code as zero either way. copysign keeps x's
+// sign on a zero quotient. Checked against IEEE division in tests/kvpool/mla_latent_test.cc.
+inline constexpr float kMlaQuotientMinScale = 0x1p-90f;
+KVP_HD float MlaReciprocal(float s) {
+#if defined(__CUDA_ARCH__)
+  return __frcp_rn(s);
+#else
+  return 1.0f / s;
+#endif
+}
+KVP_HD float MlaQuotient(float x, float s, float r) {
+#if defined(__CUDA_ARCH__)
+  const float q = __fmul_rn(x, r);
+  return copysignf(__fmaf_rn(__fmaf_rn(-q, s, x), r, q), x);
+#else
+  const float q = x * r;
+  return std::copysign(std::fma(std::fma(-q, s, x), r, q), x);
+#endif
 }
 
 // One token: `in` holds 512 latent then 64 RoPE values, `out` receives its 656 bytes.

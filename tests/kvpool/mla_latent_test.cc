@@ -106,6 +106,49 @@ TEST(MlaLatentTest, EveryNanIsCode0x7FAndAnInfinityMakesItsTileNan) {
   EXPECT_EQ(out[201], 0) << "1 / inf";
 }
 
+// MlaQuotient stands in for the division of every value of a tile whose scale it allows: the same
+// code always, and the same float wherever the code could depend on its last bit. Scales over the
+// whole allowed range; values of any bits, and values just around m·s for E4M3's values and
+// midpoints m (the ties), as a tile's values are (|x| <= 448 s).
+TEST(MlaLatentTest, TheQuotientWithoutDivisionCodesAsTheDivision) {
+  std::mt19937_64 rng(11);
+  const auto bits_of = [](float x) {
+    uint32_t b;
+    std::memcpy(&b, &x, 4);
+    return b;
+  };
+  const auto float_of = [](uint32_t b) {
+    float x;
+    std::memcpy(&x, &b, 4);
+    return x;
+  };
+  const uint32_t lowest = bits_of(kMlaQuotientMinScale), highest = bits_of(FLT_MAX / kE4m3Max);
+  int64_t checked = 0;
+  for (int i = 0; i < 6'000'000; ++i) {
+    const float s = float_of(lowest + static_cast<uint32_t>(rng() % (highest - lowest + 1)));
+    float x;
+    if (i % 3 == 0) {
+      x = float_of(static_cast<uint32_t>(rng()));
+    } else {
+      // m with a 5-bit significand: every E4M3 value and midpoint, within a few ulps of m·s.
+      const float m = std::ldexp(static_cast<float>(rng() % 32 + 16), static_cast<int>(rng() % 21) - 18);
+      x = float_of(bits_of(m * s) + static_cast<uint32_t>(rng() % 5) - 2u);
+      if (rng() % 2 == 0) x = -x;
+    }
+    if (!std::isfinite(x) || std::fabs(x) > kE4m3Max * s) continue;
+    const float exact = x / s, fast = MlaQuotient(x, s, MlaReciprocal(s));
+    ASSERT_EQ(MlaLatentCode(x, s), E4m3FromFloat(fast)) << std::hexfloat << x << " / " << s;
+    if (std::fabs(exact) >= 0x1p-10f) {
+      ASSERT_EQ(bits_of(exact), bits_of(fast)) << std::hexfloat << x << " / " << s;
+    }
+    ++checked;
+  }
+  EXPECT_GT(checked, 3'000'000);
+  // Zeros keep their sign; NaN stays NaN.
+  EXPECT_TRUE(std::signbit(MlaQuotient(-0.0f, 1.0f, 1.0f)));
+  EXPECT_TRUE(std::isnan(MlaQuotient(NAN, 3.0f, MlaReciprocal(3.0f))));
+}
+
 TEST(MlaLatentTest, DecodingGivesEachCodeTimesItsScale) {
   std::mt19937 rng(2);
   const std::vector<float> token = RandomToken(rng, 5.0f);
