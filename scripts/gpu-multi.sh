@@ -4,7 +4,8 @@
 # NCCL between GPU 0 and GPU 1, bytes and decode outputs identical, receiver and sender killed),
 # then `kvpool-bench migrate` from GPU 0 to GPU 1 (cudaMemcpyPeer and raw ncclSend/ncclRecv in the
 # same run as the paths), once as NCCL chooses and once forced onto its network transport
-# (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: what a move between nodes takes).
+# (NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1: what a move between nodes takes), and
+# scripts/gpu-stream.sh with a pool on each GPU.
 #   scripts/gpu-multi.sh OUT_DIR
 # With one GPU it is a dry run: the multigpu tests skip themselves, the migrate bench runs on GPU 0
 # alone, and it stops with exit status 3 saying what needs the second GPU.
@@ -29,4 +30,6 @@ gpu-bundle/run kvpool-bench migrate --source_gpu=0 --target_gpu=1 --json="$out/m
   tee "$out/migrate.log" || status=1
 NCCL_P2P_DISABLE=1 NCCL_SHM_DISABLE=1 gpu-bundle/run kvpool-bench migrate --source_gpu=0 --target_gpu=1 \
   --json="$out/migrate-h200x2-net.json" 2>&1 | tee "$out/migrate-net.log" || status=1
+# A long prefill on GPU 0 decoded on GPU 1 through the service, moved after or streamed.
+scripts/gpu-stream.sh "$out" 0,1 || status=1
 exit $status

@@ -223,11 +223,13 @@ TEST_P(ServiceMultiGpuTest, APrefillOnGpu0DecodedOnGpu1) {
   std::vector<int32_t> prompt(8000);
   for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>(i * 17 % 40000);
   ASSERT_TRUE(stay.Prefill(1, prompt, nullptr, nullptr, {.pool = 0}).ok());
-  absl::StatusOr<PrefillResult> moved =
-      move.Prefill(2, prompt, nullptr, nullptr, {.pool = 0, .decode_pool = 1});
+  // Streamed: slices of 2048 tokens, each slice's blocks moved while the next is written.
+  absl::StatusOr<PrefillResult> moved = move.Prefill(
+      2, prompt, nullptr, nullptr, {.pool = 0, .decode_pool = 1, .chunk_tokens = 2048});
   ASSERT_TRUE(moved.ok()) << moved.status();
   ASSERT_TRUE(moved->migration.has_value());
   ASSERT_TRUE(moved->migration->error.ok()) << moved->migration->error;
+  EXPECT_EQ(moved->migration->blocks_moved, 125u) << "8000 tokens in blocks of 64";
   const wire::Transport expected = transport == "nccl" || !peer ? wire::Transport::NCCL
                                                                 : wire::Transport::PEER_COPY;
   EXPECT_EQ(moved->migration->transport, expected);
