@@ -400,9 +400,10 @@ absl::Status Run(const std::vector<char*>& args) {
     c.pool = std::max(0, absl::GetFlag(FLAGS_pool));
     c.decode_pool = absl::GetFlag(FLAGS_decode_pool) >= 0 ? absl::GetFlag(FLAGS_decode_pool) : 1;
     ProgressBar bar;
-    ASSIGN_OR_RETURN(StreamBenchReport report,
-                     RunStreamBench(client, c, [&](const std::string& phase, int64_t done,
-                                                   int64_t total) { bar.Update(phase, done, total); }));
+    const auto progress = [&](const std::string& phase, int64_t done, int64_t total) {
+      bar.Update(phase, done, total);
+    };
+    ASSIGN_OR_RETURN(StreamBenchReport report, RunStreamBench(client, c, progress));
     return Emit(StreamBenchTable(report),
                 StreamBenchJson(report, TodayUtc(), Hostname(), absl::GetFlag(FLAGS_device)));
   }

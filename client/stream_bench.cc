@@ -33,7 +33,8 @@ absl::StatusOr<StreamBenchMode> RunMode(
     prompt.seed = seq;  // a prompt of its own: no block of it is cached anywhere
     const std::vector<int32_t> tokens = WorkloadPrompt(prompt, 0);
     const auto t0 = Clock::now();
-    ASSIGN_OR_RETURN(const PrefillResult r, client.Prefill(seq, tokens, nullptr, nullptr, placement));
+    ASSIGN_OR_RETURN(const PrefillResult r,
+                     client.Prefill(seq, tokens, nullptr, nullptr, placement));
     request_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     if (!r.migration.has_value()) {
       return absl::InternalError("kvpoold's prefill reply has no migration report");

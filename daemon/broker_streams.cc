@@ -107,8 +107,10 @@ void Broker::StreamBlocks(JobId id, Outbox& out) {
   if (!table.ok()) return;
   // Blocks before the first written position are committed (the sequence's earlier tokens and
   // prefix hits); those the slices wrote are full up to the last position written.
-  const uint64_t written = s.whole.reader().getBody().getPrefillJob().getFirstPosition() + s.written;
-  const size_t full = std::min<size_t>(written / pools_->layout().spec().block_size, table->size());
+  const uint64_t written =
+      s.whole.reader().getBody().getPrefillJob().getFirstPosition() + s.written;
+  const size_t full =
+      std::min<size_t>(written / pools_->layout().spec().block_size, table->size());
   std::vector<BlockId> sources;
   for (size_t i = s.next_block; i < full; ++i) {
     const BlockId b = (*table)[i];
@@ -155,7 +157,8 @@ void Broker::EndStreamMove(const Job& move, const absl::Status& result, uint64_t
   const auto mj = move.message.reader().getBody().getMigrateJob();
   const SeqId seq = mj.getSequence();
   auto it = jobs_.find(*move.stream_of);
-  if (it == jobs_.end() || !it->second.slices.has_value() || it->second.slices->moving != mj.getJob()) {
+  if (it == jobs_.end() || !it->second.slices.has_value() ||
+      it->second.slices->moving != mj.getJob()) {
     // Its prefill ended without waiting (it cannot, but its blocks must not stay staged).
     pools_->pool(move.pool).sequences().Unstage(seq, MovesOf(mj));
     return;

@@ -1,7 +1,7 @@
 // The MLA cache write and the top-k slots (kernels/mla/mla_params.h).
 //
-// Cache write: a warp per two tokens. Each lane takes 16 consecutive values of one tile, eight lanes
-// reduce the tile's amax (exact in any order), divide by the scale without a division per value
+// Cache write: a warp per two tokens. Each lane takes 16 consecutive values of one tile, eight
+// lanes reduce the tile's amax (exact in any order), divide by the scale without a division per value
 // (MlaQuotient, the same quotients where the code depends on them) and convert two values at a
 // time with the hardware converter snapped as E4m3FromFloat does, so the bytes match
 // MlaCacheWriteRef bit for bit (--fmad=false for this file).
@@ -48,7 +48,8 @@ __device__ __forceinline__ LaneInputs LoadLane(const MlaCacheWriteParams& p, int
 
 // Encodes one token's 656 bytes at `out`. The whole warp calls it (shuffles).
 __device__ __forceinline__ void EncodeLane(const LaneInputs& in, uint8_t* out, int lane) {
-  const uint32_t words[8] = {in.lo.x, in.lo.y, in.lo.z, in.lo.w, in.hi.x, in.hi.y, in.hi.z, in.hi.w};
+  const uint32_t words[8] = {in.lo.x, in.lo.y, in.lo.z, in.lo.w,
+                             in.hi.x, in.hi.y, in.hi.z, in.hi.w};
   float x[kValuesPerLane];
   float amax = 0.0f;
 #pragma unroll
@@ -98,7 +99,8 @@ __device__ __forceinline__ void EncodeLane(const LaneInputs& in, uint8_t* out, i
       if ((r[w] & 0x7FFFu) > 0x7F80u) r[w] |= 0x40u;
       if (((r[w] >> 16) & 0x7FFFu) > 0x7F80u) r[w] |= 0x400000u;
     }
-    *reinterpret_cast<uint4*>(out + kMlaRopeOffset + 16 * lane) = make_uint4(r[0], r[1], r[2], r[3]);
+    *reinterpret_cast<uint4*>(out + kMlaRopeOffset + 16 * lane) =
+        make_uint4(r[0], r[1], r[2], r[3]);
   }
 }
 
@@ -142,7 +144,8 @@ __global__ void SlotsOfPositionsKernel(SlotsOfPositionsParams p) {
 LaunchStatus MlaCacheWriteLaunch(const MlaCacheWriteParams& p, cudaStream_t stream) {
   if (p.num_tokens <= 0) return {};
   if (p.latent_stride % 8 != 0 || p.rope_stride % 8 != 0 ||
-      reinterpret_cast<uintptr_t>(p.latent) % 16 != 0 || reinterpret_cast<uintptr_t>(p.rope) % 16 != 0) {
+      reinterpret_cast<uintptr_t>(p.latent) % 16 != 0 ||
+      reinterpret_cast<uintptr_t>(p.rope) % 16 != 0) {
     return Unsupported("MLA cache write rows (latent and RoPE) not 16-byte aligned");
   }
   constexpr int kThreads = kWriteWarps * kWarp;

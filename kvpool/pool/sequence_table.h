@@ -132,8 +132,9 @@ class SequenceTable {
   // Drops the sequence (a pending append is aborted) and its references.
   absl::Status Release(SeqId seq);
 
-  // Forgets every sequence (and staged block) of `lease` without touching the allocator: call before
-  // BlockAllocator::ReleaseLease, which returns their blocks. Returns how many were dropped.
+  // Forgets every sequence (and staged block) of `lease` without touching the allocator: call
+  // before BlockAllocator::ReleaseLease, which returns their blocks. Returns how many sequences
+  // were dropped.
   int64_t ForgetLease(LeaseId lease);
 
   // NOT_FOUND for an unknown sequence.
@@ -160,7 +161,8 @@ class SequenceTable {
 
   // OK when the allocator's holdings are exactly what the tables say: each lease reserves its
   // pending appends' new blocks and its staged blocks and references its sequences' other blocks
-  // (once per sequence), plus the block a pending copy-on-write replaced. O(blocks). For tests and fuzzers.
+  // (once per sequence), plus the block a pending copy-on-write replaced. O(blocks). For tests
+  // and fuzzers.
   // `outside` adds what leases hold apart from any table (a restart's quarantine, pool.h).
   absl::Status CheckAgainst(const BlockAllocator& allocator,
                             const absl::flat_hash_map<LeaseId, LeaseHoldings>& outside = {}) const;

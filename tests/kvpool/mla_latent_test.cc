@@ -131,7 +131,8 @@ TEST(MlaLatentTest, TheQuotientWithoutDivisionCodesAsTheDivision) {
       x = float_of(static_cast<uint32_t>(rng()));
     } else {
       // m with a 5-bit significand: every E4M3 value and midpoint, within a few ulps of m·s.
-      const float m = std::ldexp(static_cast<float>(rng() % 32 + 16), static_cast<int>(rng() % 21) - 18);
+      const float m =
+          std::ldexp(static_cast<float>(rng() % 32 + 16), static_cast<int>(rng() % 21) - 18);
       x = float_of(bits_of(m * s) + static_cast<uint32_t>(rng() % 5) - 2u);
       if (rng() % 2 == 0) x = -x;
     }

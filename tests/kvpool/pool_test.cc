@@ -161,7 +161,8 @@ TEST(PoolTest, StagedBlocksAreTakenByTheImportOrGivenBack) {
   EXPECT_EQ(pools->pool(1).blocks().counts().reserved, 3);
   EXPECT_EQ(target.Stage(7, other, {table[3]}).status().code(),
             absl::StatusCode::kFailedPrecondition);
-  const std::vector<BlockMove> last = target.Stage(7, client, std::vector<BlockId>(5, table[3])).value();
+  const std::vector<BlockMove> last =
+      target.Stage(7, client, std::vector<BlockId>(5, table[3])).value();
   ASSERT_EQ(last.size(), 1u);
   EXPECT_EQ(target.Stage(8, client, {0, 1, 2, 3, 4}).status().code(),
             absl::StatusCode::kResourceExhausted) << "4 of 8 are staged";
