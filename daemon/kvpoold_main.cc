@@ -103,10 +103,10 @@ ABSL_FLAG(std::string, transport, "auto",
           "refused with UNIMPLEMENTED)");
 ABSL_FLAG(int, transfer_timeout_ms, 20000,
           "a move over nccl or socket must end within this, its rendezvous included");
-ABSL_FLAG(int, prefill_chunk_tokens, 8192,
+ABSL_FLAG(int, prefill_chunk_tokens, -1,
           "a prefill decoded on another pool is written in slices of this many tokens, each "
-          "slice's blocks moved there while the next is written; 0: written whole, moved after "
-          "(a request's chunkTokens overrides it)");
+          "slice's blocks moved there while the next is written; 0: written whole, moved after; "
+          "-1: 8192 on host pools, 0 on cuda pools (a request's chunkTokens overrides it)");
 ABSL_FLAG(int, max_job_attempts, 2, "workers a job is tried on before it fails with ABORTED");
 ABSL_FLAG(std::string, allow_uids, "", "uids (comma-separated) allowed to attach; ours always");
 ABSL_FLAG(std::string, allow_gids, "", "gids (comma-separated) allowed to attach");
@@ -485,9 +485,18 @@ absl::Status Main() {
   if (broker_options.transfer_timeout_millis <= 0) {
     return absl::InvalidArgumentError("--transfer_timeout_ms must be positive");
   }
+  // Slices pay where writing a slice takes longer than moving its blocks: host pools. On an
+  // H200 a slice's job round trip costs the reply more than the move it hides (docs/benchmarks.md,
+  // "Streamed prefills"), so cuda pools slice only when a request asks.
+  constexpr int kHostPrefillChunkTokens = 8192;
   broker_options.prefill_chunk_tokens = absl::GetFlag(FLAGS_prefill_chunk_tokens);
-  if (broker_options.prefill_chunk_tokens < 0) {
-    return absl::InvalidArgumentError("--prefill_chunk_tokens must be 0 (whole) or positive");
+  if (broker_options.prefill_chunk_tokens < -1) {
+    return absl::InvalidArgumentError(
+        "--prefill_chunk_tokens must be -1 (by backend), 0 (whole) or positive");
+  }
+  if (broker_options.prefill_chunk_tokens == -1) {
+    broker_options.prefill_chunk_tokens =
+        broker_options.pool_gpus.front() < 0 ? kHostPrefillChunkTokens : 0;
   }
   broker_options.heartbeat_millis = absl::GetFlag(FLAGS_heartbeat_ms);
   broker_options.worker_lease_micros = lease_expiry;

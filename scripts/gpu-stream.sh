@@ -4,7 +4,8 @@
 # pool 1, written whole and moved after, against written in slices whose blocks stream to pool 1
 # while the next slice is written. GPUS: the two pools' GPUs (default 0,0: both on GPU 0, by peer
 # copy; 0,1 on a two-GPU host: peer copy over NVLink, or NCCL). Writes
-# OUT_DIR/stream-l{4,61}-h200.json (0,0) or -h200x2.json.
+# OUT_DIR/stream-l{4,61}-c{4096,16384}-h200.json (0,0) or -h200x2.json: two pool depths, slices
+# of 4,096 and 16,384 tokens.
 #   scripts/gpu-stream.sh OUT_DIR [GPUS]
 set -uo pipefail
 out=$1
@@ -32,9 +33,11 @@ for layers in 4 61; do
       pids+=($!)
     done
   done
-  gpu-bundle/run kvpoolctl bench-stream --endpoint="ipc://$dir/kvpoold.sock" --device="$device" \
-    --context=32768 --chunk_tokens=4096 --runs=5 --out="$out/stream-l$layers-$suffix.json" \
-    2>"$logs/bench-$layers.log" || status=1
+  for chunk in 4096 16384; do
+    gpu-bundle/run kvpoolctl bench-stream --endpoint="ipc://$dir/kvpoold.sock" --device="$device" \
+      --context=32768 --chunk_tokens=$chunk --runs=5 \
+      --out="$out/stream-l$layers-c$chunk-$suffix.json" 2>"$logs/bench-$layers-$chunk.log" || status=1
+  done
   kill -TERM "${pids[@]}" 2>/dev/null
   wait "${pids[@]}" 2>/dev/null
 done
