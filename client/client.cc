@@ -139,6 +139,7 @@ void Client::BuildPrefill(EnvelopeBuilder& request, uint64_t sequence,
   p.setPool(placement.pool);
   p.setDecodePool(placement.decode_pool);
   p.setChunkTokens(placement.chunk_tokens);
+  p.setContinued(placement.continued);
   p.setCacheNamespace(cache_namespace);
   FillList(p.initTokens(tokens.size()), tokens);
   if (activations != nullptr) {

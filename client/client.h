@@ -49,6 +49,9 @@ struct Placement {
   // With a decode pool elsewhere: written in slices of this many tokens, each slice's blocks moved
   // while the next is written (-1: kvpoold's --prefill_chunk_tokens; 0: whole, moved after).
   int32_t chunk_tokens = -1;
+  // With a decode pool: more prefills of this sequence follow (an engine's chunked prefill); its
+  // blocks stream there as they fill, and the last prefill (not continued) moves it.
+  bool continued = false;
 };
 
 // How a sequence moved between pools.

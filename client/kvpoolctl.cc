@@ -2,7 +2,7 @@
 //
 //   kvpoolctl health | stats
 //   kvpoolctl prefill SEQ [--tokens=N | --token_ids=1,2,3] [--pool=P] [--decode_pool=D]
-//                     [--chunk_tokens=C]
+//                     [--chunk_tokens=C] [--continued]
 //   kvpoolctl migrate SEQ --to=POOL
 //   kvpoolctl decode SEQ [--token=T] [--steps=N]
 //   kvpoolctl fork SRC DST | release SEQ
@@ -68,6 +68,9 @@ ABSL_FLAG(int, chunk_tokens, -1,
           "prefill with --decode_pool: slices whose blocks move while the next is written (-1: "
           "kvpoold's --prefill_chunk_tokens, 0: whole); bench-stream: the sliced runs' (-1: 8192)");
 ABSL_FLAG(int, runs, 5, "bench-stream: prefills per mode");
+ABSL_FLAG(bool, continued, false,
+          "prefill with --decode_pool: more prefills of the sequence follow; its blocks stream "
+          "there as they fill, and the last prefill (without --continued) moves it");
 ABSL_FLAG(int, to, -1, "migrate: the pool to move the sequence to");
 ABSL_FLAG(int, token, 1, "decode: the new token id");
 ABSL_FLAG(int, steps, 1, "decode: steps to run; bench-decode: timed steps");
@@ -298,7 +301,8 @@ absl::Status Run(const std::vector<char*>& args) {
     }
     const Placement placement{.pool = absl::GetFlag(FLAGS_pool),
                               .decode_pool = absl::GetFlag(FLAGS_decode_pool),
-                              .chunk_tokens = absl::GetFlag(FLAGS_chunk_tokens)};
+                              .chunk_tokens = absl::GetFlag(FLAGS_chunk_tokens),
+                              .continued = absl::GetFlag(FLAGS_continued)};
     ASSIGN_OR_RETURN(PrefillResult r, client.Prefill(seq, tokens, nullptr, nullptr, placement));
     std::printf("sequence %llu: length %lld (%d prefix-hit tokens), pool %u\n",
                 static_cast<unsigned long long>(seq), static_cast<long long>(r.length),

@@ -203,6 +203,10 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
     return absl::InvalidArgumentError(absl::StrCat(
         "chunkTokens ", r.getChunkTokens(), ": -1 (kvpoold's), 0 (whole) or a slice's tokens"));
   }
+  // More prefills of it follow (an engine's chunked prefill): its blocks stream to the decode
+  // pool as they fill, and the last prefill (not continued) moves it.
+  const bool continued = r.getContinued() && decode_pool.has_value();
+  RETURN_IF_ERROR(CheckStreamTarget(seq, ClientLease(from), decode_pool));
   RETURN_IF_ERROR(CheckRequestLimit(ClientLease(from)));
   const std::vector<int32_t> tokens = ListToVector<int32_t>(r.getTokens());
   SequenceTable& sequences = pools_->pool(pool).sequences();
@@ -213,11 +217,44 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
   ASSIGN_OR_RETURN(const LeaseId lease, sequences.Owner(seq));  // the client's, as PlanAppend found it
   const int32_t hits = plan.prefix_hit_tokens;
   if (plan.slots.empty()) {  // every token was a prefix hit
+    if (decode_pool.has_value() && !continued) {
+      if (auto s = streams_.find(seq); s != streams_.end() && s->second.moving.has_value() &&
+                                        s->second.lease == lease) {
+        // The last prefill while its stream move runs: it commits and moves once that ends.
+        const JobId parked = next_job_++;
+        jobs_.emplace(parked, Job{.kind = JobKind::kPrefill,
+                                  .pool = pool,
+                                  .client = from,
+                                  .request_id = id,
+                                  .client_lease = lease,
+                                  .sequences = {seq},
+                                  .prefix_hit_tokens = hits,
+                                  .message = EnvelopeBuilder(parked),
+                                  .submitted_micros = clock_->NowMicros(),
+                                  .then_migrate_to = decode_pool,
+                                  .migration = std::nullopt,
+                                  .slices = std::nullopt,
+                                  .stream_of = std::nullopt,
+                                  .parked = absl::OkStatus(),
+                                  .written_micros = clock_->NowMicros()});
+        busy_[seq] = parked;
+        ++usage_[lease].requests;
+        s->second.waiting = parked;
+        return absl::OkStatus();
+      }
+    }
     RETURN_IF_ERROR(sequences.Commit(seq));
+    if (continued) {
+      StreamFor(seq, pool, *decode_pool, lease);
+      StreamBlocks(seq, out);
+      ReplyPrefill(from, id, seq, hits, nullptr, absl::OkStatus(), 0, out);
+      return absl::OkStatus();
+    }
     if (decode_pool.has_value()) {
       // Committed: a move that cannot start is said in the reply, never as the prefill's error.
       const AfterPrefill after{.prefix_hit_tokens = hits, .written_micros = clock_->NowMicros()};
       const absl::Status started = StartMigration(seq, *decode_pool, from, id, lease, &after, out);
+      EndStream(seq);
       if (!started.ok()) {
         const Migration failed{.from = pool, .to = *decode_pool};
         ReplyPrefill(from, id, seq, hits, &failed, started, 0, out);
@@ -242,11 +279,12 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
   }
   std::optional<PrefillSlices> slices;
   if (decode_pool.has_value()) {
-    slices = SlicesFor(r.getChunkTokens(), count, pool, *decode_pool);
+    slices = SlicesFor(r.getChunkTokens(), count);
     if (slices.has_value()) {
       slices->whole = std::move(message);
       message = PrefillSlice(slices->whole, 0, slices->size);
     }
+    if (continued || slices.has_value()) StreamFor(seq, pool, *decode_pool, lease);
   }
   Enqueue(Job{.kind = JobKind::kPrefill,
               .pool = pool,
@@ -257,10 +295,11 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
               .prefix_hit_tokens = hits,
               .message = std::move(message),
               .submitted_micros = clock_->NowMicros(),
-              .then_migrate_to = decode_pool,
+              .then_migrate_to = continued ? std::nullopt : decode_pool,
               .migration = std::nullopt,
               .slices = std::move(slices),
-              .stream_of = std::nullopt},
+              .stream_of = std::nullopt,
+              .parked = std::nullopt},
           out);
   return absl::OkStatus();
 }
@@ -369,7 +408,8 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
               .then_migrate_to = std::nullopt,
               .migration = std::nullopt,
               .slices = std::nullopt,
-              .stream_of = std::nullopt},
+              .stream_of = std::nullopt,
+              .parked = std::nullopt},
           out);
   return absl::OkStatus();
 }
@@ -496,6 +536,7 @@ absl::Status Broker::HandleRelease(const std::string& from, uint64_t id, SeqId s
   const size_t blocks = held.size();
   RETURN_IF_ERROR(sequences.Release(seq));
   ForgetTables(seq);
+  DropStream(seq);
   EnvelopeBuilder reply(id);
   reply.envelope().getBody().initReleaseReply().setReleasedBlocks(static_cast<uint32_t>(blocks));
   Reply(out, from, std::move(reply));

@@ -173,23 +173,28 @@ class Broker {
     std::string token = {};
     bool send_sent = false;
   };
-  // A prefill written in slices whose full blocks are copied to its decode pool while the later
-  // slices are written (a stream, docs/design.md §6). The prefill's job is sent once per slice
-  // and ends when its last slice and the stream move in flight have both ended, so its sequence
-  // stays busy and the staged blocks are never given back under a worker still writing them.
+  // A prefill written in slices: its job is sent once per slice (docs/design.md §6).
   struct PrefillSlices {
     EnvelopeBuilder whole{0};  // the PrefillJob of every token
     uint32_t written = 0;   // its tokens written by the slices before the one sent
     uint32_t size = 0;      // tokens per slice
-    PoolIndex to = 0;       // the decode pool
-    wire::Transport transport = wire::Transport::NONE;  // of the stream moves
-    size_t next_block = 0;  // the table's blocks before it are staged on the decode pool
-    uint32_t blocks_streamed = 0;  // copied there
-    uint64_t bytes_streamed = 0;
-    std::optional<JobId> moving;     // the stream move in flight
-    bool stopped = false;            // a stream move failed: the final move copies the rest
-    std::optional<absl::Status> parked;  // the last slice's result, while a stream move runs
-    int64_t written_micros = 0;          // when the last slice was reported
+  };
+  // A sequence whose full blocks are copied to its decode pool while later tokens are written:
+  // by the slices of a prefill, or by an engine's later (continued) prefills. Its blocks are
+  // staged there under the sequence's lease; the final move's Import takes them. One stream move
+  // is in flight at a time; a final prefill's end waits for it (parked), so that no staged block
+  // is given back under a worker still writing it.
+  struct Stream {
+    PoolIndex to = 0;  // the decode pool
+    wire::Transport transport = wire::Transport::NONE;
+    LeaseId lease = 0;
+    size_t next_block = 0;    // the table's blocks before it are staged (or held there already)
+    uint32_t blocks = 0;      // copied there
+    uint64_t bytes = 0;
+    std::optional<JobId> moving;   // the stream move in flight
+    std::optional<JobId> waiting;  // the final prefill parked until that move ends
+    bool stopped = false;  // a stream move failed or could not stage: the final move copies the rest
+    bool dropped = false;  // the sequence was released: its staged blocks go when the move ends
   };
   struct Job {
     JobKind kind;
@@ -210,7 +215,11 @@ class Broker {
     std::optional<PoolIndex> then_migrate_to;  // a prefill whose sequence is decoded elsewhere
     std::optional<Migration> migration;        // a migrate job
     std::optional<PrefillSlices> slices;       // a prefill written in slices
-    std::optional<JobId> stream_of;            // a stream move of this sliced prefill's blocks
+    std::optional<SeqId> stream_of;            // a stream move of this sequence's blocks
+    // A final prefill's end while its sequence's stream move runs: the result, and when the
+    // worker reported its last write.
+    std::optional<absl::Status> parked;
+    int64_t written_micros = 0;
   };
   struct Worker {
     std::string identity;
@@ -269,7 +278,6 @@ class Broker {
   struct AfterPrefill {
     int32_t prefix_hit_tokens = 0;
     int64_t written_micros = 0;  // the prefill's last write reported
-    const PrefillSlices* slices = nullptr;  // what its stream copied; staged blocks are taken
   };
   absl::Status StartMigration(SeqId seq, PoolIndex to, const std::string& client,
                               uint64_t request_id, LeaseId lease, const AfterPrefill* after,
@@ -284,21 +292,35 @@ class Broker {
   // UNIMPLEMENTED unless `transport` can move bytes from `from` to `to` with these workers.
   absl::Status CheckTransport(wire::Transport transport, PoolIndex from, PoolIndex to) const;
   uint64_t ChunkBytesOf(PoolIndex pool) const;
-  // ---- Sliced prefills and their streams (broker_streams.cc) ----
-  // The slices of a prefill to `to` of `count` tokens, or nullopt when it is written whole (no
-  // decode pool elsewhere, or no more tokens than a slice).
-  std::optional<PrefillSlices> SlicesFor(int32_t chunk_tokens, uint32_t count, PoolIndex from,
-                                         PoolIndex to) const;
+  // ---- Sliced prefills and streams (broker_streams.cc) ----
+  // The slices of a prefill of `count` tokens, or nullopt when it is written whole (no more
+  // tokens than a slice).
+  std::optional<PrefillSlices> SlicesFor(int32_t chunk_tokens, uint32_t count) const;
   // The PrefillJob of tokens [begin, end) of the whole one.
   static EnvelopeBuilder PrefillSlice(const EnvelopeBuilder& whole, uint32_t begin, uint32_t end);
-  // A sliced prefill's slice ended: true when the job goes on (its next slice queued, or its end
-  // parked until its stream move ends); false when it ends now.
+  // A sliced prefill's slice ended: true when its next slice is queued; false when it ends now.
   bool ContinueSlices(JobId id, const absl::Status& result, Outbox& out);
-  // Stages the sliced prefill `id`'s blocks completed since the last stream move on its decode
-  // pool and queues a move of them, unless one is in flight or its stream stopped.
-  void StreamBlocks(JobId id, Outbox& out);
+  // FAILED_PRECONDITION when client `lease`'s sequence `seq` streams to a pool other than
+  // `decode_pool` (nullopt: none).
+  absl::Status CheckStreamTarget(SeqId seq, LeaseId lease,
+                                 std::optional<PoolIndex> decode_pool) const;
+  // The stream of `seq` from `from` to `to` for client `lease`: the one it has, or a new one.
+  // Null when none may run (a released sequence's stream still moving, or no transport).
+  Stream* StreamFor(SeqId seq, PoolIndex from, PoolIndex to, LeaseId lease);
+  // A final prefill `id` ends while its sequence's stream move runs: true when it is parked until
+  // that move ends (a move still queued is dropped instead, and false returned).
+  bool ParkBehindStream(JobId id, const absl::Status& result);
+  // Stages the blocks of `seq` that became full since the last stream move and queues a move of
+  // them, unless one is in flight or the stream stopped.
+  void StreamBlocks(SeqId seq, Outbox& out);
   // A stream move ended: its blocks stay staged (copied) or are given back (failed).
   void EndStreamMove(const Job& move, const absl::Status& result, uint64_t bytes, Outbox& out);
+  // The stream of `seq` ends (its final move planned, a failure, or the sequence gone): staged
+  // blocks the move did not take go back. REQUIRES: no stream move in flight.
+  void EndStream(SeqId seq);
+  // The stream of `seq` must not be used again (a failed write, a release): it ends now, or when
+  // its move in flight ends.
+  void DropStream(SeqId seq);
   // ---- Paired moves (broker_paired_moves.cc) ----
   // An idle worker of the source pool to send `job`'s blocks to `receiver`: one with an open
   // link to it first.
@@ -386,6 +408,7 @@ class Broker {
   absl::flat_hash_map<LeaseId, std::string> client_identities_;
   absl::flat_hash_map<SeqId, JobId> busy_;      // sequences a job is writing
   absl::flat_hash_map<LeaseId, int> deferred_;  // expired clients: running jobs left
+  absl::flat_hash_map<SeqId, Stream> streams_;  // sequences streaming to their decode pool
   // Open NCCL links by (sender, receiver) worker: their communicators are reused.
   absl::flat_hash_map<std::pair<LeaseId, LeaseId>, uint64_t> links_;
   uint64_t next_link_ = 1;

@@ -195,6 +195,8 @@ void Broker::EndClient(LeaseId lease) {
     }
   }
   usage_.erase(lease);  // its running jobs end without it
+  // Its streams end with it; the staged blocks go with the lease's holdings.
+  absl::erase_if(streams_, [&](const auto& s) { return s.second.lease == lease; });
   for (JobId id : queued) {
     for (SeqId s : jobs_.at(id).sequences) busy_.erase(s);
     for (auto& q : queues_) q.erase(std::remove(q.begin(), q.end(), id), q.end());
@@ -322,6 +324,7 @@ void Broker::ForgetTables(SeqId seq) {
 void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone::Reader* done,
                        Outbox& out) {
   if (ContinueSlices(id, result, out)) return;
+  if (ParkBehindStream(id, result)) return;
   const int64_t started = clock_->NowMicros();
   auto node = jobs_.extract(id);
   Job& job = node.mapped();
@@ -382,19 +385,19 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
     ReplyError(out, job.client, job.request_id, status);
   } else if (job.kind == JobKind::kPrefill && job.then_migrate_to.has_value()) {
     // Written: now to the pool it is decoded on. The prefill's reply waits for the move.
-    const PrefillSlices* slices = job.slices.has_value() ? &*job.slices : nullptr;
     const AfterPrefill after{
         .prefix_hit_tokens = job.prefix_hit_tokens,
-        .written_micros = slices != nullptr ? slices->written_micros : clock_->NowMicros(),
-        .slices = slices};
+        .written_micros = job.written_micros != 0 ? job.written_micros : clock_->NowMicros()};
     const absl::Status started_move = StartMigration(
         seq, *job.then_migrate_to, job.client, job.request_id, job.client_lease, &after, out);
+    EndStream(seq);  // its Import took what streamed
     if (!started_move.ok()) {
       const Migration failed{.from = job.pool, .to = *job.then_migrate_to};
       ReplyPrefill(job.client, job.request_id, seq, job.prefix_hit_tokens, &failed, started_move,
                    0, out);
     }
   } else if (job.kind == JobKind::kPrefill) {
+    StreamBlocks(seq, out);  // a continued prefill's blocks, if it streams
     ReplyPrefill(job.client, job.request_id, seq, job.prefix_hit_tokens, nullptr,
                  absl::OkStatus(), 0, out);
   } else {
@@ -406,8 +409,8 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
     d.setBrokerMicros(static_cast<uint64_t>(job.broker_micros + clock_->NowMicros() - started));
     Reply(out, job.client, std::move(reply));
   }
-  // What a sliced prefill staged on its decode pool and its final move did not take goes back.
-  if (job.slices.has_value()) pools_->pool(job.slices->to).sequences().DropStaged(seq);
+  // A failed write may have left staged copies of blocks it no longer holds: none is used again.
+  if (!status.ok() && job.kind == JobKind::kPrefill) DropStream(seq);
   Dispatch(out);
 }
 

@@ -146,11 +146,19 @@ absl::Status Broker::StartMigration(SeqId seq, PoolIndex to, const std::string& 
   ASSIGN_OR_RETURN(const PoolIndex source, HomeOf(seq));
   Migration m{.from = source, .to = to, .started_micros = clock_->NowMicros(),
               .after_prefill = after != nullptr};
-  if (after != nullptr) {
-    m.prefill_end_micros = after->written_micros;
-    if (after->slices != nullptr) {
-      m.bytes_streamed = after->slices->bytes_streamed;
-      m.transport = after->slices->transport;
+  if (after != nullptr) m.prefill_end_micros = after->written_micros;
+  // What streamed while it was written (a streamed prefill) is taken by the Import below.
+  if (auto stream = streams_.find(seq); stream != streams_.end()) {
+    if (stream->second.moving.has_value()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "blocks of sequence ", seq, " are moving to pool ", stream->second.to,
+          " (a continued prefill); move it with its last prefill, or once the move ends"));
+    }
+    if (stream->second.dropped || stream->second.to != to || source == to) {
+      EndStream(seq);  // staged blocks of an earlier life, or for another pool: none is taken
+    } else {
+      m.transport = stream->second.transport;
+      m.bytes_streamed = stream->second.bytes;
     }
   }
   const int32_t prefix_hit_tokens = after != nullptr ? after->prefix_hit_tokens : 0;
@@ -166,7 +174,8 @@ absl::Status Broker::StartMigration(SeqId seq, PoolIndex to, const std::string& 
           .then_migrate_to = std::nullopt,
           .migration = std::nullopt,
           .slices = std::nullopt,
-          .stream_of = std::nullopt};
+          .stream_of = std::nullopt,
+          .parked = std::nullopt};
   if (source != to) {
     if (m.transport == wire::Transport::NONE) {
       ASSIGN_OR_RETURN(m.transport, ChooseTransport(source, to));
@@ -185,8 +194,11 @@ absl::Status Broker::StartMigration(SeqId seq, PoolIndex to, const std::string& 
     const size_t blocks = image.blocks.size();
     SequenceTable& target = pools_->pool(to).sequences();
     size_t taken = 0;  // staged blocks: copied by the prefill's stream
-    ASSIGN_OR_RETURN(const std::vector<BlockMove> moves,
-                     target.Import(seq, lease, std::move(image), &taken));
+    absl::StatusOr<std::vector<BlockMove>> imported =
+        target.Import(seq, lease, std::move(image), &taken);
+    EndStream(seq);  // staged blocks the Import did not take go back
+    if (!imported.ok()) return imported.status();
+    const std::vector<BlockMove>& moves = *imported;
     // A staged block the destination has come to hold meanwhile (a hit) was given back.
     m.blocks_streamed = static_cast<uint32_t>(taken);
     m.blocks_moved = static_cast<uint32_t>(moves.size() + m.blocks_streamed);

@@ -1,14 +1,16 @@
-// The Broker's sliced prefills (daemon/broker.h, docs/design.md §6): a prefill whose sequence is
-// decoded on another pool is written in slices, and after each slice the blocks it completed are
-// staged on the decode pool and copied there by a stream move while the next slice is written.
-// When the last slice ends only the blocks it wrote are left for the final move, whose Import
-// takes the staged copies. A block is streamed only once it is full: the blocks of one life of a
-// sequence are never written again, apart from its partial last block.
+// The Broker's sliced prefills and streams (daemon/broker.h, docs/design.md §6): while a sequence
+// decoded on another pool is still being written (the later slices of one prefill, or an
+// engine's later prefills of it, `continued`), the blocks that are full are staged on the decode
+// pool and copied there by stream moves; the final move's Import takes the staged copies, so only
+// what was not streamed is left when the last write ends. A block is streamed only once it is
+// full: the blocks of one life of a sequence are never written again, apart from its partial last
+// block.
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "daemon/broker.h"  // the class whose members these are
 #include "protocol/activations_codec.h"
 #include "protocol/transport_names.h"
@@ -25,16 +27,12 @@ std::vector<BlockMove> MovesOf(wire::MigrateJob::Reader job) {
 
 }  // namespace
 
-std::optional<Broker::PrefillSlices> Broker::SlicesFor(int32_t chunk_tokens, uint32_t count,
-                                                       PoolIndex from, PoolIndex to) const {
+std::optional<Broker::PrefillSlices> Broker::SlicesFor(int32_t chunk_tokens,
+                                                       uint32_t count) const {
   const int64_t size = chunk_tokens < 0 ? options_.prefill_chunk_tokens : chunk_tokens;
   if (size <= 0 || count <= size) return std::nullopt;
-  const absl::StatusOr<wire::Transport> transport = ChooseTransport(from, to);
-  if (!transport.ok()) return std::nullopt;  // the final move says why
   PrefillSlices slices;
   slices.size = static_cast<uint32_t>(size);
-  slices.to = to;
-  slices.transport = *transport;
   return slices;
 }
 
@@ -62,53 +60,109 @@ EnvelopeBuilder Broker::PrefillSlice(const EnvelopeBuilder& whole, uint32_t begi
 
 bool Broker::ContinueSlices(JobId id, const absl::Status& result, Outbox& out) {
   auto it = jobs_.find(id);
-  if (it == jobs_.end() || !it->second.slices.has_value() || it->second.client_gone) return false;
+  if (it == jobs_.end() || !it->second.slices.has_value() || it->second.client_gone ||
+      it->second.parked.has_value() || !result.ok()) {
+    return false;
+  }
   Job& job = it->second;
   PrefillSlices& s = *job.slices;
-  if (s.parked.has_value()) return false;  // its stream move ended: the prefill ends now
+  const uint32_t total = s.whole.reader().getBody().getPrefillJob().getTokens().size();
+  s.written = std::min(s.written + s.size, total);
+  if (s.written >= total) return false;  // the last slice: the prefill ends
   if (auto w = workers_.find(job.worker); w != workers_.end()) w->second.job.reset();
   job.worker = 0;
-  const uint32_t total = s.whole.reader().getBody().getPrefillJob().getTokens().size();
-  if (result.ok()) s.written = std::min(s.written + s.size, total);
-  if (result.ok() && s.written < total) {
-    job.message = PrefillSlice(s.whole, s.written, s.written + s.size);
-    job.attempts = 0;
-    queues_[static_cast<int>(JobKind::kPrefill)].push_front(id);  // it goes on first
-    StreamBlocks(id, out);  // may add jobs: `job` is not used after it
-    Dispatch(out);
-    return true;
-  }
-  // The last slice, or one that failed.
-  s.written_micros = clock_->NowMicros();
-  if (!s.moving.has_value()) return false;
-  Job& move = jobs_.at(*s.moving);
-  if (move.worker != 0) {  // running: the end waits for it, so that its blocks stay put
-    s.parked = result;
-    return true;
-  }
-  // Still queued (no worker free for it): the final move copies its blocks instead.
-  for (auto& queue : queues_) std::erase(queue, *s.moving);
-  pools_->pool(s.to).sequences().Unstage(
-      job.sequences.front(), MovesOf(move.message.reader().getBody().getMigrateJob()));
-  jobs_.erase(*s.moving);
-  s.moving.reset();
-  s.stopped = true;
-  return false;
+  job.message = PrefillSlice(s.whole, s.written, s.written + s.size);
+  job.attempts = 0;
+  queues_[static_cast<int>(JobKind::kPrefill)].push_front(id);  // it goes on first
+  const SeqId seq = job.sequences.front();
+  StreamBlocks(seq, out);  // may add jobs: `job` is not used after it
+  Dispatch(out);
+  return true;
 }
 
-void Broker::StreamBlocks(JobId id, Outbox& out) {
-  Job& job = jobs_.at(id);
-  PrefillSlices& s = *job.slices;
-  if (s.moving.has_value() || s.stopped) return;
+absl::Status Broker::CheckStreamTarget(SeqId seq, LeaseId lease,
+                                       std::optional<PoolIndex> decode_pool) const {
+  auto it = streams_.find(seq);
+  if (it == streams_.end() || it->second.dropped || it->second.lease != lease) {
+    return absl::OkStatus();  // another client's sequence: its own checks answer
+  }
+  if (decode_pool == it->second.to) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "sequence ", seq, " streams to pool ", it->second.to, " (a continued prefill): its "
+      "prefills name that decode pool until the last one"));
+}
+
+Broker::Stream* Broker::StreamFor(SeqId seq, PoolIndex from, PoolIndex to, LeaseId lease) {
+  if (auto it = streams_.find(seq); it != streams_.end()) {
+    if (it->second.dropped || it->second.to != to) return nullptr;  // an earlier life's
+    return &it->second;
+  }
+  const absl::StatusOr<wire::Transport> transport = ChooseTransport(from, to);
+  if (!transport.ok()) return nullptr;  // the final move says why
+  Stream& stream = streams_[seq];
+  stream.to = to;
+  stream.transport = *transport;
+  stream.lease = lease;
+  return &stream;
+}
+
+bool Broker::ParkBehindStream(JobId id, const absl::Status& result) {
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return false;
+  Job& job = it->second;
+  if (job.kind != JobKind::kPrefill || !job.then_migrate_to.has_value() || job.client_gone ||
+      job.parked.has_value()) {
+    return false;
+  }
+  job.written_micros = clock_->NowMicros();
   const SeqId seq = job.sequences.front();
-  Pool& source = pools_->pool(job.pool);
+  auto stream = streams_.find(seq);
+  if (stream == streams_.end() || !stream->second.moving.has_value() ||
+      stream->second.lease != job.client_lease) {
+    return false;  // nothing moving of this client's: its final move starts now
+  }
+  Stream& s = stream->second;
+  Job& move = jobs_.at(*s.moving);
+  if (move.worker == 0) {
+    // Still queued (no worker free for it): the final move copies its blocks instead.
+    for (auto& queue : queues_) std::erase(queue, *s.moving);
+    pools_->pool(s.to).sequences().Unstage(
+        seq, MovesOf(move.message.reader().getBody().getMigrateJob()));
+    jobs_.erase(*s.moving);
+    s.moving.reset();
+    s.stopped = true;
+    if (s.dropped) EndStream(seq);
+    return false;
+  }
+  // Running: the end waits for it, the sequence stays busy and the staged blocks stay put.
+  if (auto w = workers_.find(job.worker); w != workers_.end()) w->second.job.reset();
+  job.worker = 0;
+  job.parked = result;
+  s.waiting = id;
+  return true;
+}
+
+void Broker::StreamBlocks(SeqId seq, Outbox& out) {
+  auto it = streams_.find(seq);
+  if (it == streams_.end()) return;
+  Stream& s = it->second;
+  if (s.moving.has_value() || s.stopped || s.dropped || s.waiting.has_value()) return;
+  const absl::StatusOr<PoolIndex> home = HomeOf(seq);
+  if (!home.ok()) return;
+  Pool& source = pools_->pool(*home);
   Pool& target = pools_->pool(s.to);
   const absl::StatusOr<absl::Span<const BlockId>> table = source.sequences().Blocks(seq);
   if (!table.ok()) return;
-  // Blocks before the first written position are committed (the sequence's earlier tokens and
-  // prefix hits); those the slices wrote are full up to the last position written.
-  const uint64_t written =
-      s.whole.reader().getBody().getPrefillJob().getFirstPosition() + s.written;
+  // Positions written: the committed ones, and those of a sliced prefill's reported slices.
+  int64_t written = source.sequences().Length(seq).value_or(0);
+  if (auto busy = busy_.find(seq); busy != busy_.end()) {
+    const Job& job = jobs_.at(busy->second);
+    if (job.slices.has_value()) {
+      written = static_cast<int64_t>(
+          job.slices->whole.reader().getBody().getPrefillJob().getFirstPosition() +
+          job.slices->written);
+    }
+  }
   const size_t full =
       std::min<size_t>(written / pools_->layout().spec().block_size, table->size());
   std::vector<BlockId> sources;
@@ -120,8 +174,7 @@ void Broker::StreamBlocks(JobId id, Outbox& out) {
   }
   s.next_block = std::max(s.next_block, full);
   if (sources.empty()) return;
-  absl::StatusOr<std::vector<BlockMove>> moves =
-      target.sequences().Stage(seq, job.client_lease, sources);
+  absl::StatusOr<std::vector<BlockMove>> moves = target.sequences().Stage(seq, s.lease, sources);
   if (!moves.ok()) {
     // No room to stage them: the final move copies them (or says why it cannot).
     spdlog::info("sequence {}: streaming {} blocks to pool {} stops: {}", seq, sources.size(),
@@ -135,52 +188,81 @@ void Broker::StreamBlocks(JobId id, Outbox& out) {
   s.moving = move_id;
   Job move{.kind = JobKind::kMigrate,
            .pool = s.to,
-           .client = job.client,
-           .request_id = job.request_id,
-           .client_lease = job.client_lease,
-           .sequences = {},  // the prefill holds the sequence busy
-           .message = MigrateJobMessage(move_id, seq, job.pool, s.transport, *moves),
+           .client = "",
+           .request_id = 0,
+           .client_lease = s.lease,
+           .sequences = {},  // the sequence may be written (and decoded) meanwhile
+           .message = MigrateJobMessage(move_id, seq, *home, s.transport, *moves),
            .submitted_micros = now,
            .then_migrate_to = std::nullopt,
-           .migration = Migration{.from = job.pool,
+           .migration = Migration{.from = *home,
                                   .to = s.to,
                                   .transport = s.transport,
                                   .blocks_moved = static_cast<uint32_t>(moves->size()),
                                   .started_micros = now},
            .slices = std::nullopt,
-           .stream_of = id};
-  Enqueue(std::move(move), out);  // `job` and `s` may move: not used after this
+           .stream_of = seq,
+           .parked = std::nullopt};
+  Enqueue(std::move(move), out);  // `s` may move: not used after this
 }
 
 void Broker::EndStreamMove(const Job& move, const absl::Status& result, uint64_t bytes,
                            Outbox& out) {
   const auto mj = move.message.reader().getBody().getMigrateJob();
-  const SeqId seq = mj.getSequence();
-  auto it = jobs_.find(*move.stream_of);
-  if (it == jobs_.end() || !it->second.slices.has_value() ||
-      it->second.slices->moving != mj.getJob()) {
-    // Its prefill ended without waiting (it cannot, but its blocks must not stay staged).
-    pools_->pool(move.pool).sequences().Unstage(seq, MovesOf(mj));
+  const SeqId seq = *move.stream_of;
+  SequenceTable& target = pools_->pool(move.pool).sequences();
+  auto it = streams_.find(seq);
+  if (it == streams_.end() || it->second.moving != mj.getJob()) {
+    target.Unstage(seq, MovesOf(mj));  // cannot happen, but its blocks must not stay staged
     return;
   }
-  PrefillSlices& s = *it->second.slices;
+  Stream& s = it->second;
   s.moving.reset();
+  const std::optional<JobId> waiting = std::exchange(s.waiting, std::nullopt);
+  const auto finish_waiting = [&] {  // the last prefill parked behind this move goes on
+    auto job = waiting.has_value() ? jobs_.find(*waiting) : jobs_.end();
+    if (job == jobs_.end()) return;
+    FinishJob(*waiting, job->second.parked.value_or(absl::OkStatus()), nullptr, out);
+  };
+  if (s.dropped) {
+    // Released (or a write failed) while its blocks moved: nothing staged is used again; a new
+    // sequence of the id parked behind the move goes on without it.
+    EndStream(seq);
+    finish_waiting();
+    return;
+  }
   if (result.ok()) {
-    s.blocks_streamed += mj.getMoves().size();
-    s.bytes_streamed += bytes;
+    s.blocks += mj.getMoves().size();
+    s.bytes += bytes;
   } else {
     spdlog::warn("sequence {}: streaming {} blocks to pool {} by {} failed ({}); the final move "
                  "copies them", seq, mj.getMoves().size(), s.to, TransportName(s.transport),
                  result.ToString());
-    pools_->pool(move.pool).sequences().Unstage(seq, MovesOf(mj));
+    target.Unstage(seq, MovesOf(mj));
     s.stopped = true;
   }
-  if (s.parked.has_value()) {
-    const absl::Status written = *s.parked;
-    FinishJob(*move.stream_of, written, nullptr, out);
+  if (waiting.has_value()) {
+    finish_waiting();
     return;
   }
-  StreamBlocks(*move.stream_of, out);
+  StreamBlocks(seq, out);
+}
+
+void Broker::DropStream(SeqId seq) {
+  auto it = streams_.find(seq);
+  if (it == streams_.end()) return;
+  if (it->second.moving.has_value()) {
+    it->second.dropped = true;  // EndStreamMove ends it
+    return;
+  }
+  EndStream(seq);
+}
+
+void Broker::EndStream(SeqId seq) {
+  auto it = streams_.find(seq);
+  if (it == streams_.end()) return;
+  pools_->pool(it->second.to).sequences().DropStaged(seq);
+  streams_.erase(it);
 }
 
 }  // namespace kvp

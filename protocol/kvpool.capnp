@@ -139,7 +139,7 @@ struct PrefillRequest {
   # Where it runs and where it is decoded (docs/design.md §6). pool: -1 lets kvpoold choose (the
   # pool with the most free blocks and a prefill worker) for a new sequence; an existing one stays
   # where it lives. decodePool: -1 keeps it where it was prefilled; another pool has kvpoold move
-  # it there once written, before the reply.
+  # it there once written, before the reply (with `continued`, once the last prefill is).
   pool @4 :Int32 = -1;
   decodePool @5 :Int32 = -1;
   # With a decodePool: the prefill is written in slices of this many tokens, and each slice's
@@ -147,6 +147,11 @@ struct PrefillRequest {
   # last slice's blocks are left to move when the prefill ends (docs/design.md §6). -1: kvpoold's
   # --prefill_chunk_tokens; 0: one slice, everything moved at the end.
   chunkTokens @6 :Int32 = -1;
+  # With a decodePool: more prefills of this sequence follow (an engine's chunked prefill). Its
+  # blocks stream to the decode pool as they fill and the reply comes once it is written here;
+  # the sequence moves with the last prefill, the one without `continued`, whose Import takes
+  # what streamed. Every prefill of it names the same decodePool until then.
+  continued @7 :Bool;
 }
 
 struct PrefillReply {

@@ -270,17 +270,19 @@ class KvpoolClient:
                 _set_tensor(tensor, dtype, shape, values)
 
     def prefill(self, sequence, tokens, pool=-1, decode_pool=-1, activations=None,
-                chunk_tokens=-1):
+                chunk_tokens=-1, continued=False):
         """pool: where it runs (-1: kvpoold places it); decode_pool: where it is decoded, moved
         there before the reply (-1: where it was prefilled). The reply's "pool" says where it lives,
         its "migration" how the move went. activations (see _set_activations): the tokens' own
         tensors; None: the synthetic model makes them from the token ids. chunk_tokens: with a
         decode pool, the slice size whose blocks move while the next is written (-1: kvpoold's
-        --prefill_chunk_tokens, 0: written whole and moved after)."""
+        --prefill_chunk_tokens, 0: written whole and moved after). continued: with a decode pool,
+        more prefills of this sequence follow (an engine's chunked prefill): its blocks stream
+        there as they fill, the reply comes once written, and the last prefill moves it."""
         envelope, body, request_id = self._new_request("prefill")
         body.sequence, body.tokens = sequence, list(tokens)
         body.cacheNamespace, body.pool, body.decodePool = self._cache_namespace, pool, decode_pool
-        body.chunkTokens = chunk_tokens
+        body.chunkTokens, body.continued = chunk_tokens, continued
         if activations is not None:
             self._set_activations(body.init("activations"), activations, len(tokens))
         _, r = self._send_and_wait(envelope, request_id)

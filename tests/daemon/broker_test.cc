@@ -751,6 +751,162 @@ TEST_F(BrokerStreamTest, ShortPrefillsAndChunkTokensZeroAreWrittenWhole) {
   ASSERT_EQ(sent.size(), 0u) << "queued behind sequence 1's prefill";
 }
 
+// An engine's chunked prefill: continued prefills stream their full blocks while the engine
+// computes the next chunk; the last one moves only what is left.
+class BrokerContinuedTest : public BrokerStreamTest {
+ protected:
+  // `tokens` more tokens of sequence 1 on pool 0 for decode pool 1, continued or the last.
+  Sent Chunk(uint64_t id, int tokens, bool continued) {
+    EnvelopeBuilder m = Prefill(id, 1, tokens);
+    auto p = m.envelope().getBody().getPrefill();
+    p.setPool(0);
+    p.setDecodePool(1);
+    p.setContinued(continued);
+    return Send("c", m);
+  }
+};
+
+TEST_F(BrokerContinuedTest, ContinuedPrefillsStreamAndTheLastMovesWhatIsLeft) {
+  Register("p0", wire::Role::PREFILL, 0);
+  Register("d1", wire::Role::DECODE, 1);
+  // Chunk 1 (two blocks): written, answered at once, its blocks streamed.
+  Sent sent = Chunk(7, 128, true);
+  sent = Send("p0", Done(JobOf(SliceTo(sent, "p0"))));
+  const ParsedEnvelope* move = MoveTo(sent, "d1");
+  ASSERT_NE(move, nullptr);
+  EXPECT_EQ(move->envelope().getBody().getMigrateJob().getMoves().size(), 2u);
+  const uint64_t first_move = JobOf(move);
+  ASSERT_EQ(sent.size(), 2u);
+  const auto reply = sent[0].first == "c" ? sent[0].second->envelope().getBody()
+                                          : sent[1].second->envelope().getBody();
+  ASSERT_TRUE(reply.isPrefillReply());
+  EXPECT_EQ(reply.getPrefillReply().getPool(), 0u) << "it lives on pool 0 until the last chunk";
+  EXPECT_FALSE(reply.getPrefillReply().hasMigration());
+  EXPECT_EQ(Counts(1).reserved, 2);
+  // Chunk 2 is written while the stream move runs (the move holds no sequence busy).
+  sent = Chunk(8, 128, true);
+  ASSERT_NE(SliceTo(sent, "p0"), nullptr);
+  sent = Send("p0", Done(JobOf(SliceTo(sent, "p0"))));
+  ASSERT_EQ(sent.size(), 1u) << "the reply; one stream move at a time";
+  EXPECT_TRUE(sent[0].second->envelope().getBody().isPrefillReply());
+  sent = Send("d1", Done(first_move));
+  move = MoveTo(sent, "d1");
+  ASSERT_NE(move, nullptr) << "chunk 2's blocks";
+  EXPECT_EQ(move->envelope().getBody().getMigrateJob().getMoves().size(), 2u);
+  const uint64_t second_move = JobOf(move);
+  // The last chunk: written, then parked behind the stream move, then the rest moves.
+  sent = Chunk(9, 100, false);
+  EXPECT_TRUE(Send("p0", Done(JobOf(SliceTo(sent, "p0")))).empty());
+  EnvelopeBuilder streamed = Done(second_move);
+  streamed.envelope().getBody().getJobDone().setBytes(1000);
+  sent = Send("d1", streamed);
+  const ParsedEnvelope* final_move = MoveTo(sent, "d1");
+  ASSERT_NE(final_move, nullptr);
+  EXPECT_EQ(final_move->envelope().getBody().getMigrateJob().getMoves().size(), 2u)
+      << "356 tokens are six blocks; four streamed";
+  sent = Send("d1", Done(JobOf(final_move)));
+  ASSERT_EQ(sent.size(), 1u);
+  const auto p = sent[0].second->envelope().getBody().getPrefillReply();
+  EXPECT_EQ(p.getPool(), 1u);
+  EXPECT_EQ(p.getLength(), 356u);
+  EXPECT_EQ(p.getMigration().getBlocksMoved(), 6u);
+  EXPECT_EQ(p.getMigration().getStreamedBlocks(), 4u);
+  EXPECT_FALSE(p.getMigration().hasError());
+  EXPECT_EQ(Counts(1).used, 6);
+  EXPECT_EQ(Counts(1).reserved, 0);
+  EXPECT_EQ(Counts(0).used, 0);
+}
+
+TEST_F(BrokerContinuedTest, AStreamingSequenceKeepsItsDecodePoolAndReleasesSafely) {
+  Register("p0", wire::Role::PREFILL, 0);
+  Register("d1", wire::Role::DECODE, 1);
+  Sent sent = Chunk(7, 128, true);
+  sent = Send("p0", Done(JobOf(SliceTo(sent, "p0"))));
+  const ParsedEnvelope* move = MoveTo(sent, "d1");
+  ASSERT_NE(move, nullptr);
+  const uint64_t moving = JobOf(move);
+  // Its later prefills name the same decode pool; it does not migrate while blocks move.
+  EnvelopeBuilder elsewhere = Prefill(8, 1, 10);
+  elsewhere.envelope().getBody().getPrefill().setPool(0);
+  const absl::Status refused = StatusOf(*Send("c", elsewhere).at(0).second);
+  EXPECT_TRUE(absl::IsFailedPrecondition(refused)) << refused;
+  EXPECT_THAT(refused.message(), HasSubstr("streams to pool 1"));
+  const absl::Status busy = StatusOf(*Send("c", Migrate(9, 1, 1)).at(0).second);
+  EXPECT_TRUE(absl::IsFailedPrecondition(busy)) << busy;
+  EXPECT_TRUE(Send("other", elsewhere).at(0).second->envelope().getBody().isError());
+  // Released while its blocks move: the staged blocks go only once the move ends.
+  EnvelopeBuilder release(10);
+  release.envelope().getBody().initRelease().setSequence(1);
+  ASSERT_TRUE(Send("c", release).at(0).second->envelope().getBody().isReleaseReply());
+  EXPECT_EQ(Counts(1).reserved, 2) << "d1 still writes them";
+  EXPECT_TRUE(Send("d1", Done(moving)).empty());
+  EXPECT_EQ(Counts(1).reserved, 0);
+  // A new sequence of that id streams afresh; its prompt is all prefix hits on pool 0 (the cache
+  // the release left): answered at once, its blocks streamed.
+  sent = Chunk(11, 128, true);
+  ASSERT_EQ(SliceTo(sent, "p0"), nullptr);
+  move = MoveTo(sent, "d1");
+  ASSERT_NE(move, nullptr);
+  EXPECT_EQ(move->envelope().getBody().getMigrateJob().getMoves().size(), 2u);
+  EXPECT_TRUE(Send("d1", Done(JobOf(move))).empty());
+  ASSERT_TRUE(Send("c", release).at(0).second->envelope().getBody().isReleaseReply());
+  EXPECT_EQ(Counts(1).reserved, 0);
+}
+
+TEST_F(BrokerContinuedTest, ANewSequenceOfAReleasedIdWaitsForTheOldMoveAndCopiesItAll) {
+  Register("p0", wire::Role::PREFILL, 0);
+  Register("d1", wire::Role::DECODE, 1);
+  Sent sent = Chunk(7, 128, true);
+  sent = Send("p0", Done(JobOf(SliceTo(sent, "p0"))));
+  const uint64_t old_move = JobOf(MoveTo(sent, "d1"));
+  EnvelopeBuilder release(8);
+  release.envelope().getBody().initRelease().setSequence(1);
+  ASSERT_TRUE(Send("c", release).at(0).second->envelope().getBody().isReleaseReply());
+  // The id again, other tokens, decoded on pool 1: its end waits for the old life's move, and
+  // none of that life's staged blocks is taken.
+  EnvelopeBuilder again = Prefill(9, 1, 200);
+  auto p = again.envelope().getBody().getPrefill();
+  p.setPool(0);
+  p.setDecodePool(1);
+  p.setCacheNamespace("new");
+  sent = Send("c", again);
+  EXPECT_TRUE(Send("p0", Done(JobOf(SliceTo(sent, "p0")))).empty()) << "parked";
+  sent = Send("d1", Done(old_move));
+  const ParsedEnvelope* final_move = MoveTo(sent, "d1");
+  ASSERT_NE(final_move, nullptr);
+  EXPECT_EQ(final_move->envelope().getBody().getMigrateJob().getMoves().size(), 4u);
+  sent = Send("d1", Done(JobOf(final_move)));
+  ASSERT_EQ(sent.size(), 1u);
+  const auto m = sent[0].second->envelope().getBody().getPrefillReply().getMigration();
+  EXPECT_FALSE(m.hasError());
+  EXPECT_EQ(m.getStreamedBlocks(), 0u);
+  EXPECT_EQ(Counts(1).used, 4);
+  EXPECT_EQ(Counts(1).reserved, 0);
+}
+
+TEST_F(BrokerContinuedTest, AFailedChunkDropsWhatStreamedAndTheLastMovesEverything) {
+  Register("p0", wire::Role::PREFILL, 0);
+  Register("d1", wire::Role::DECODE, 1);
+  Sent sent = Chunk(7, 128, true);
+  sent = Send("p0", Done(JobOf(SliceTo(sent, "p0"))));
+  const uint64_t moving = JobOf(MoveTo(sent, "d1"));
+  sent = Chunk(8, 128, true);
+  Send("p0", Failed(JobOf(SliceTo(sent, "p0"))));  // an error reply; the stream is dropped
+  EXPECT_EQ(Counts(1).reserved, 2) << "until the move in flight ends";
+  EXPECT_TRUE(Send("d1", Done(moving)).empty());
+  EXPECT_EQ(Counts(1).reserved, 0);
+  sent = Chunk(9, 100, false);
+  sent = Send("p0", Done(JobOf(SliceTo(sent, "p0"))));
+  const ParsedEnvelope* final_move = MoveTo(sent, "d1");
+  ASSERT_NE(final_move, nullptr);
+  EXPECT_EQ(final_move->envelope().getBody().getMigrateJob().getMoves().size(), 4u)
+      << "228 tokens, all moved at the end";
+  sent = Send("d1", Done(JobOf(final_move)));
+  ASSERT_EQ(sent.size(), 1u);
+  EXPECT_EQ(sent[0].second->envelope().getBody().getPrefillReply().getMigration()
+                .getStreamedBlocks(), 0u);
+}
+
 // ---- Paired moves (nccl, socket): a receive job, then a send job joined by a link ----
 
 class BrokerPairedTest : public BrokerPoolsTest {

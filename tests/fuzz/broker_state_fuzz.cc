@@ -159,6 +159,7 @@ class Driver {
     p.setPool(static_cast<int32_t>(in_.Below(3)) - 1);
     p.setDecodePool(static_cast<int32_t>(in_.Below(3)) - 1);
     p.setChunkTokens(static_cast<int32_t>(in_.Below(4)) * 8 - 1);  // -1, or slices of 7 to 23
+    p.setContinued(in_.Below(2) == 0);  // an engine's chunk: more prefills of it follow
     if (in_.Below(3) == 0) {  // client tensors, sometimes with a NaN
       const PoolSpec spec = FuzzPoolSpec();
       TokenActivations a;

@@ -165,6 +165,46 @@ TEST(MigrationTest, ASlicedPrefillStreamedToTheDecodePoolGivesTheSameBits) {
   ExpectNothingHeld(stay);
 }
 
+// An engine's chunked prefill: continued prefills of one sequence, each answered once written on
+// pool 0 while its blocks stream to pool 1, then the last one, which moves only what is left.
+TEST(MigrationTest, AnEnginesChunkedPrefillStreamsAndGivesTheSameBits) {
+  auto service = StartTwoPools();
+  ASSERT_NE(service, nullptr);
+  Client stay(InNamespace(service->client_options("a"), "a"));
+  Client move(InNamespace(service->client_options("b"), "b"));
+  const absl::StatusOr<PoolHealth> h = stay.Health();
+  ASSERT_TRUE(h.ok()) << h.status();
+  const int block = h->spec.block_size;
+  const std::vector<int32_t> prompt = Tokens(20 * block + 5, 9);
+  ASSERT_TRUE(stay.Prefill(1, prompt, nullptr, nullptr, {.pool = 0}).ok());
+  // Four chunks of five blocks continued, then the last five tokens.
+  for (int chunk = 0; chunk < 4; ++chunk) {
+    const std::span<const int32_t> tokens(prompt.data() + chunk * 5 * block, 5 * block);
+    const absl::StatusOr<PrefillResult> r = move.Prefill(
+        2, tokens, nullptr, nullptr, {.pool = 0, .decode_pool = 1, .continued = true});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->pool, 0u) << "it lives on pool 0 until the last chunk";
+    EXPECT_FALSE(r->migration.has_value());
+  }
+  const absl::StatusOr<PrefillResult> last =
+      move.Prefill(2, std::span<const int32_t>(prompt).subspan(20 * block), nullptr, nullptr,
+                   {.pool = 0, .decode_pool = 1});
+  ASSERT_TRUE(last.ok()) << last.status();
+  EXPECT_EQ(last->pool, 1u);
+  EXPECT_EQ(last->length, static_cast<int64_t>(prompt.size()));
+  ASSERT_TRUE(last->migration.has_value());
+  EXPECT_TRUE(last->migration->error.ok()) << last->migration->error;
+  EXPECT_EQ(last->migration->blocks_moved, 21u);
+  // At least the first chunk's blocks moved while later ones were written (the last chunk waits
+  // for the stream move in flight); what had not streamed by then moves with the last.
+  EXPECT_GE(last->migration->streamed_blocks, 5u);
+  EXPECT_LE(last->migration->streamed_blocks, 20u);
+  ExpectSameOutputs(DecodeSteps(stay, 1, 2), DecodeSteps(move, 2, 2));
+  ASSERT_TRUE(stay.Release(1).ok());
+  ASSERT_TRUE(move.Release(2).ok());
+  ExpectNothingHeld(stay);
+}
+
 // The receiver of a stream killed while the prefill is written: the prefill still commits on its
 // pool, its move says why it did not happen, and neither pool keeps a staged block.
 TEST(MigrationTest, AStreamsReceiverKilledMidPrefillLeavesTheSequenceOnItsSource) {
