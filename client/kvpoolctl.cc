@@ -68,6 +68,7 @@ ABSL_FLAG(int, chunk_tokens, -1,
           "prefill with --decode_pool: slices whose blocks move while the next is written (-1: "
           "kvpoold's --prefill_chunk_tokens, 0: whole); bench-stream: the sliced runs' (-1: 8192)");
 ABSL_FLAG(int, runs, 5, "bench-stream: prefills per mode");
+ABSL_FLAG(int, chunk_gap_ms, 10, "bench-stream: the engine's pause between its chunks");
 ABSL_FLAG(bool, continued, false,
           "prefill with --decode_pool: more prefills of the sequence follow; its blocks stream "
           "there as they fill, and the last prefill (without --continued) moves it");
@@ -401,6 +402,7 @@ absl::Status Run(const std::vector<char*>& args) {
     c.context = absl::GetFlag(FLAGS_context);
     if (absl::GetFlag(FLAGS_chunk_tokens) >= 0) c.chunk_tokens = absl::GetFlag(FLAGS_chunk_tokens);
     c.runs = absl::GetFlag(FLAGS_runs);
+    c.chunk_gap_ms = absl::GetFlag(FLAGS_chunk_gap_ms);
     c.pool = std::max(0, absl::GetFlag(FLAGS_pool));
     c.decode_pool = absl::GetFlag(FLAGS_decode_pool) >= 0 ? absl::GetFlag(FLAGS_decode_pool) : 1;
     ProgressBar bar;

@@ -3,6 +3,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <span>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -16,25 +18,42 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// `runs` prefills of fresh prompts with slices of `chunk_tokens` (0: whole), each released after.
+// How a mode sends a prompt.
+enum class Sending { kWhole, kSliced, kChunks, kChunksStreamed };
+
+// `runs` prefills of fresh prompts, each released after.
 absl::StatusOr<StreamBenchMode> RunMode(
-    Client& client, const StreamBenchConfig& config, int32_t chunk_tokens, uint64_t first_seq,
+    Client& client, const StreamBenchConfig& config, Sending sending, uint64_t first_seq,
     const std::string& phase,
     const std::function<void(const std::string&, int64_t, int64_t)>& progress) {
-  StreamBenchMode mode{.chunk_tokens = chunk_tokens};
+  const bool chunked = sending == Sending::kChunks || sending == Sending::kChunksStreamed;
+  StreamBenchMode mode{.chunk_tokens = sending == Sending::kWhole ? 0 : config.chunk_tokens};
   std::vector<double> request_ms, ready_ms, move_ms;
-  const Placement placement{.pool = config.pool,
-                            .decode_pool = config.decode_pool,
-                            .chunk_tokens = chunk_tokens};
   for (int run = 0; run < config.runs; ++run) {
     const uint64_t seq = first_seq + run;
     WorkloadConfig prompt;
     prompt.prompt_tokens = config.context;
     prompt.seed = seq;  // a prompt of its own: no block of it is cached anywhere
     const std::vector<int32_t> tokens = WorkloadPrompt(prompt, 0);
+    // An engine's chunks before the last: with `continued` they name the decode pool and stream.
+    size_t sent = 0;
+    while (chunked && tokens.size() - sent > static_cast<size_t>(config.chunk_tokens)) {
+      const Placement early{.pool = config.pool,
+                            .decode_pool = sending == Sending::kChunksStreamed ? config.decode_pool
+                                                                               : -1,
+                            .chunk_tokens = 0,
+                            .continued = sending == Sending::kChunksStreamed};
+      const std::span<const int32_t> chunk(tokens.data() + sent, config.chunk_tokens);
+      RETURN_IF_ERROR(client.Prefill(seq, chunk, nullptr, nullptr, early).status());
+      sent += chunk.size();
+      std::this_thread::sleep_for(std::chrono::milliseconds(config.chunk_gap_ms));
+    }
+    const Placement last{.pool = config.pool,
+                         .decode_pool = config.decode_pool,
+                         .chunk_tokens = sending == Sending::kSliced ? config.chunk_tokens : 0};
+    const std::span<const int32_t> rest(tokens.data() + sent, tokens.size() - sent);
     const auto t0 = Clock::now();
-    ASSIGN_OR_RETURN(const PrefillResult r,
-                     client.Prefill(seq, tokens, nullptr, nullptr, placement));
+    ASSIGN_OR_RETURN(const PrefillResult r, client.Prefill(seq, rest, nullptr, nullptr, last));
     request_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     if (!r.migration.has_value()) {
       return absl::InternalError("kvpoold's prefill reply has no migration report");
@@ -93,20 +112,25 @@ absl::StatusOr<StreamBenchReport> RunStreamBench(
     if (p.index == static_cast<uint32_t>(config.decode_pool)) report.decode_pool_gpu = p.gpu;
   }
   const uint64_t base = (uint64_t{3} << 60) + static_cast<uint64_t>(::getpid()) * 1'000'000;
-  ASSIGN_OR_RETURN(report.whole, RunMode(client, config, 0, base, "whole", progress));
-  ASSIGN_OR_RETURN(report.sliced, RunMode(client, config, config.chunk_tokens, base + 500'000,
+  ASSIGN_OR_RETURN(report.whole, RunMode(client, config, Sending::kWhole, base, "whole", progress));
+  ASSIGN_OR_RETURN(report.sliced, RunMode(client, config, Sending::kSliced, base + 200'000,
                                           "sliced", progress));
+  ASSIGN_OR_RETURN(report.chunks, RunMode(client, config, Sending::kChunks, base + 400'000,
+                                          "chunks", progress));
+  ASSIGN_OR_RETURN(report.chunks_streamed,
+                   RunMode(client, config, Sending::kChunksStreamed, base + 600'000,
+                           "chunks, continued", progress));
   return report;
 }
 
 std::string StreamBenchTable(const StreamBenchReport& r) {
   std::string out = absl::StrFormat(
       "prefill of %d tokens on pool %d, decoded on pool %d, median of %d runs\n"
-      "  %-26s %12s %18s %14s %10s\n",
+      "  %-32s %12s %18s %14s %10s\n",
       r.config.context, r.config.pool, r.config.decode_pool, r.config.runs, "mode", "request ms",
       "decode-ready ms", "final move ms", "streamed");
   auto row = [&](const std::string& name, const StreamBenchMode& m) {
-    absl::StrAppend(&out, absl::StrFormat("  %-26s %12.2f %18.3f %14.3f %5u/%-5u\n", name,
+    absl::StrAppend(&out, absl::StrFormat("  %-32s %12.2f %18.3f %14.3f %5u/%-5u\n", name,
                                           m.request_ms, m.decode_ready_ms, m.final_move_ms,
                                           m.blocks_streamed, m.blocks_moved));
   };
@@ -114,8 +138,12 @@ std::string StreamBenchTable(const StreamBenchReport& r) {
   row(absl::StrCat("slices of ", r.sliced.chunk_tokens, " (", TransportName(r.sliced.transport),
                    ")"),
       r.sliced);
-  absl::StrAppend(&out, "  decode-ready: kvpoold's time from the prefill's last write to the "
-                        "commit on the decode pool\n");
+  row(absl::StrCat("chunks of ", r.chunks.chunk_tokens, ", last moves all"), r.chunks);
+  row(absl::StrCat("chunks of ", r.chunks.chunk_tokens, ", continued"), r.chunks_streamed);
+  absl::StrAppend(&out, absl::StrFormat(
+      "  request: the one that moves it (chunks: the last; the engine pauses %d ms between "
+      "chunks)\n  decode-ready: kvpoold's time from the last write to the commit on the "
+      "decode pool\n", r.config.chunk_gap_ms));
   return out;
 }
 
@@ -125,9 +153,11 @@ std::string StreamBenchJson(const StreamBenchReport& r, const std::string& date,
       "{\n  \"bench\": \"stream\",\n  \"date\": \"%s\",\n  \"host\": \"%s\",\n"
       "  \"device\": \"%s\",\n  \"pool\": \"%s\",\n  \"context\": %d,\n  \"runs\": %d,\n"
       "  \"from_pool\": %d,\n  \"from_gpu\": %d,\n  \"to_pool\": %d,\n  \"to_gpu\": %d,\n"
-      "  \"whole\": %s,\n  \"sliced\": %s\n}\n",
+      "  \"chunk_gap_ms\": %d,\n  \"whole\": %s,\n  \"sliced\": %s,\n  \"chunks\": %s,\n"
+      "  \"chunks_continued\": %s\n}\n",
       date, host, device, r.spec.DebugString(), r.config.context, r.config.runs, r.config.pool,
-      r.pool_gpu, r.config.decode_pool, r.decode_pool_gpu, ModeJson(r.whole), ModeJson(r.sliced));
+      r.pool_gpu, r.config.decode_pool, r.decode_pool_gpu, r.config.chunk_gap_ms,
+      ModeJson(r.whole), ModeJson(r.sliced), ModeJson(r.chunks), ModeJson(r.chunks_streamed));
 }
 
 }  // namespace kvp

@@ -1,8 +1,12 @@
 // The streamed-prefill benchmark: how soon a long prompt prefilled on one pool can be decoded on
 // another. Each run prefills a fresh prompt (no prefix hits anywhere) on --pool with --decode_pool
-// set, once written whole and moved after (chunkTokens 0), once in slices whose blocks move while
-// the next slice is written; kvpoold reports the time from the prefill's last write to the commit
-// on the decode pool (MigrationReport.afterPrefillMicros), the client the whole request's time.
+// set, in four ways: in one request written whole and moved after (chunkTokens 0); in one request
+// in slices whose blocks move while the next slice is written; and as an engine's chunked prefill,
+// one prefill per chunk with a pause between them (the engine computing the next), the last chunk
+// moving the sequence, without and with `continued` (its blocks streaming during the pauses).
+// kvpoold reports the time from the last write to the commit on the decode pool
+// (MigrationReport.afterPrefillMicros); the client times the request that moves it (the only
+// one, or the last chunk's).
 #pragma once
 
 #include <cstdint>
@@ -18,6 +22,7 @@ struct StreamBenchConfig {
   int context = 65536;        // prompt tokens
   int chunk_tokens = 8192;    // the sliced runs' slice
   int runs = 5;               // per mode
+  int chunk_gap_ms = 10;      // the engine's pause between chunks
   int32_t pool = 0, decode_pool = 1;
 };
 
@@ -35,7 +40,7 @@ struct StreamBenchReport {
   StreamBenchConfig config;
   PoolSpec spec;
   int32_t pool_gpu = -1, decode_pool_gpu = -1;
-  StreamBenchMode whole, sliced;
+  StreamBenchMode whole, sliced, chunks, chunks_streamed;
 };
 
 absl::StatusOr<StreamBenchReport> RunStreamBench(

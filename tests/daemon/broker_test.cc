@@ -572,13 +572,14 @@ TEST_F(BrokerStreamTest, SlicesStreamTheirFullBlocksAndTheFinalMoveTakesThem) {
   EXPECT_EQ(Counts(1).reserved, 2);
   EXPECT_TRUE(absl::IsFailedPrecondition(StatusOf(*Send("c", Migrate(8, 1, 1)).at(0).second)))
       << "busy while it is written";
+  const uint64_t first_move = JobOf(move);  // `sent`, which holds it, is reused below
 
   // Slice 2 done while the stream move runs: no second move until it ends.
   sent = Send("p0", Done(JobOf(slice)));
   slice = SliceTo(sent, "p0");
   ASSERT_NE(slice, nullptr);
   EXPECT_EQ(MoveTo(sent, "d1"), nullptr);
-  EnvelopeBuilder streamed = Done(JobOf(move));
+  EnvelopeBuilder streamed = Done(first_move);
   streamed.envelope().getBody().getJobDone().setBytes(1000);
   sent = Send("d1", streamed);
   move = MoveTo(sent, "d1");
