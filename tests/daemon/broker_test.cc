@@ -578,6 +578,7 @@ TEST_F(BrokerStreamTest, SlicesStreamTheirFullBlocksAndTheFinalMoveTakesThem) {
   sent = Send("p0", Done(JobOf(slice)));
   slice = SliceTo(sent, "p0");
   ASSERT_NE(slice, nullptr);
+  const uint64_t third_slice = JobOf(slice);  // `sent` is reused below
   EXPECT_EQ(MoveTo(sent, "d1"), nullptr);
   EnvelopeBuilder streamed = Done(first_move);
   streamed.envelope().getBody().getJobDone().setBytes(1000);
@@ -589,7 +590,7 @@ TEST_F(BrokerStreamTest, SlicesStreamTheirFullBlocksAndTheFinalMoveTakesThem) {
   EXPECT_EQ(Counts(1).reserved, 4);
 
   // Slices 3 and 4 (16 tokens) done; the end waits for the stream move in flight.
-  sent = Send("p0", Done(JobOf(slice)));
+  sent = Send("p0", Done(third_slice));
   slice = SliceTo(sent, "p0");
   ASSERT_NE(slice, nullptr);
   EXPECT_EQ(slice->envelope().getBody().getPrefillJob().getTokens().size(), 16u);
