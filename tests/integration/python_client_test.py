@@ -102,13 +102,18 @@ class PythonClientTest(ServiceTestCase):
             self.client.prefill(43, tokens, pool=0, decode_pool=1, chunk_tokens=-5)
         self.assertEqual(e.exception.code, "INVALID_ARGUMENT")
         self.client.release(42)
-        # An engine's chunked prefill: continued chunks stay on pool 0, the last one moves.
-        first = self.client.prefill(44, tokens[:128], pool=0, decode_pool=1, continued=True)
-        self.assertEqual(first["pool"], 0)
-        last = self.client.prefill(44, tokens[128:], pool=0, decode_pool=1)
-        self.assertEqual(last["pool"], 1)
-        self.assertEqual(last["migration"]["blocksMoved"], 5)
-        self.client.release(44)
+        # An engine's chunked prefill (a prompt of its own: nothing cached): continued chunks
+        # stay on pool 0, the last one moves it.
+        prompt = [t * 11 + 4 for t in range(300)]
+        try:
+            first = self.client.prefill(44, prompt[:128], pool=0, decode_pool=1, continued=True)
+            self.assertEqual(first["pool"], 0)
+            last = self.client.prefill(44, prompt[128:], pool=0, decode_pool=1)
+            self.assertEqual(last["pool"], 1)
+            self.assertEqual(last["migration"]["blocksMoved"], 5)
+            self.assertNotIn("error", last["migration"])
+        finally:
+            self.client.release(44)
 
     def test_prefill_decode_fork_release(self):
         tokens = list(range(5000, 5150))
