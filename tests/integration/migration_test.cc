@@ -138,7 +138,9 @@ TEST(MigrationTest, ASlicedPrefillStreamedToTheDecodePoolGivesTheSameBits) {
   const absl::StatusOr<PoolHealth> h = stay.Health();
   ASSERT_TRUE(h.ok()) << h.status();
   const int block = h->spec.block_size;
-  const std::vector<int32_t> prompt = Tokens(60 * block + 17, 5);  // 61 blocks, slices of 2
+  // 21 blocks, slices of 2 (small enough that kvpoold's handling of the tensors stays well inside
+  // the workers' lease in a sanitizer build).
+  const std::vector<int32_t> prompt = Tokens(20 * block + 17, 5);
   const TokenActivations tensors = RandomActivations(h->spec, prompt.size(), 7);
   ASSERT_TRUE(stay.Prefill(1, prompt, nullptr, nullptr, {.pool = 0}).ok());
   ASSERT_TRUE(stay.Prefill(3, prompt, &tensors, &h->spec, {.pool = 0}).ok());
@@ -152,11 +154,11 @@ TEST(MigrationTest, ASlicedPrefillStreamedToTheDecodePoolGivesTheSameBits) {
     EXPECT_EQ(r->length, static_cast<int64_t>(prompt.size()));
     ASSERT_TRUE(r->migration.has_value());
     EXPECT_TRUE(r->migration->error.ok()) << r->migration->error;
-    EXPECT_EQ(r->migration->blocks_moved, 61u);
+    EXPECT_EQ(r->migration->blocks_moved, 21u);
     EXPECT_EQ(r->migration->blocks_shared, 0u);
-    // 31 slices of which 30 finish blocks the receiver streams (it is idle): most move early.
+    // 11 slices of which 10 finish blocks the receiver streams (it is idle): most move early.
     EXPECT_GT(r->migration->streamed_blocks, 0u);
-    EXPECT_LE(r->migration->streamed_blocks, 60u) << "the partial last block moves at the end";
+    EXPECT_LE(r->migration->streamed_blocks, 20u) << "the partial last block moves at the end";
   }
   ExpectSameOutputs(DecodeSteps(stay, 1, 2), DecodeSteps(move, 2, 2));
   ExpectSameOutputs(DecodeSteps(stay, 3, 2), DecodeSteps(move, 4, 2));
