@@ -189,11 +189,10 @@ class Broker {
     wire::Transport transport = wire::Transport::NONE;
     LeaseId lease = 0;
     size_t next_block = 0;    // the table's blocks before it are staged (or held there already)
-    uint32_t blocks = 0;      // copied there
-    uint64_t bytes = 0;
+    uint64_t bytes = 0;  // copied there (the Import that takes them counts the blocks)
     std::optional<JobId> moving;   // the stream move in flight
     std::optional<JobId> waiting;  // the final prefill parked until that move ends
-    bool stopped = false;  // a stream move failed or could not stage: the final move copies the rest
+    bool stopped = false;  // a move failed or could not stage: the final move copies the rest
     bool dropped = false;  // the sequence was released: its staged blocks go when the move ends
   };
   struct Job {

@@ -232,7 +232,6 @@ void Broker::EndStreamMove(const Job& move, const absl::Status& result, uint64_t
     return;
   }
   if (result.ok()) {
-    s.blocks += mj.getMoves().size();
     s.bytes += bytes;
   } else {
     spdlog::warn("sequence {}: streaming {} blocks to pool {} by {} failed ({}); the final move "
