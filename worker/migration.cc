@@ -58,12 +58,17 @@ absl::StatusOr<MigrateWork> MigrateWorkFromWire(wire::MigrateJob::Reader job,
     return absl::InvalidArgumentError("migrate job without the source pool's fd channel");
   }
   if (job.getMoves().size() == 0) return absl::InvalidArgumentError("migrate job with no blocks");
+  // Each side checks the blocks of its own arena; a paired move's other side may be a pool of
+  // another size (another node's, docs/design.md §11).
+  const bool reads_source = !w.link.has_value() || w.link->side == wire::TransferSide::SEND;
+  const bool writes_target = !w.link.has_value() || w.link->side == wire::TransferSide::RECEIVE;
   absl::flat_hash_set<int32_t> targets;
   for (auto m : job.getMoves()) {
-    for (int32_t b : {m.getSource(), m.getTarget()}) {
-      if (b < 0 || b >= ctx.num_blocks) {
+    for (const auto& [b, here] : {std::pair{m.getSource(), reads_source},
+                                 std::pair{m.getTarget(), writes_target}}) {
+      if (b < 0 || (here && b >= ctx.num_blocks)) {
         return absl::OutOfRangeError(
-            absl::StrCat("migrate job names block ", b, "; the pools have ", ctx.num_blocks));
+            absl::StrCat("migrate job names block ", b, "; the pool has ", ctx.num_blocks));
       }
     }
     if (!targets.insert(m.getTarget()).second) {
