@@ -17,8 +17,16 @@ namespace {
 
 constexpr size_t kZ85KeyChars = 40;
 constexpr size_t kKeyBytes = 32;
+constexpr size_t kMaxKeyFileBytes = size_t{1} << 20;
 
-// The 32 bytes of a Z85 key; INVALID_ARGUMENT (without the key's text) otherwise.
+absl::StatusOr<std::vector<std::string>> KeyLines(const std::string& path) {
+  ASSIGN_OR_RETURN(const std::string text,
+                   ReadBoundedFile(path, kMaxKeyFileBytes, "CURVE key file"));
+  return ParseCurveKeyLines(text, path);
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> DecodeZ85Key(absl::string_view text) {
   if (text.size() != kZ85KeyChars) {
     return absl::InvalidArgumentError(
@@ -31,16 +39,6 @@ absl::StatusOr<std::string> DecodeZ85Key(absl::string_view text) {
   }
   return raw;
 }
-
-constexpr size_t kMaxKeyFileBytes = size_t{1} << 20;
-
-absl::StatusOr<std::vector<std::string>> KeyLines(const std::string& path) {
-  ASSIGN_OR_RETURN(const std::string text,
-                   ReadBoundedFile(path, kMaxKeyFileBytes, "CURVE key file"));
-  return ParseCurveKeyLines(text, path);
-}
-
-}  // namespace
 
 absl::StatusOr<std::vector<std::string>> ParseCurveKeyLines(absl::string_view text,
                                                             absl::string_view path) {

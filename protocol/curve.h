@@ -25,6 +25,8 @@ struct CurveClientKeys {
 };
 
 absl::StatusOr<CurveKeyPair> NewCurveKeyPair();
+// The 32 bytes of a Z85 key; INVALID_ARGUMENT (without the key's text) otherwise.
+absl::StatusOr<std::string> DecodeZ85Key(absl::string_view text);
 // INVALID_ARGUMENT unless `secret_key` is a Z85 key.
 absl::StatusOr<CurveKeyPair> CurveKeyPairFromSecret(const std::string& secret_key);
 
