@@ -4,6 +4,7 @@
 
 #include <atomic>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "protocol/endpoints.h"
@@ -47,9 +48,31 @@ std::vector<PoolState> PoolStatesFromWire(capnp::List<wire::PoolState>::Reader l
   return pools;
 }
 
+}  // namespace
+
+absl::StatusOr<PoolAddress> ParsePoolAddress(absl::string_view text) {
+  PoolAddress address;
+  absl::string_view pool = text;
+  if (const size_t slash = text.find('/'); slash != absl::string_view::npos) {
+    address.node = std::string(text.substr(0, slash));
+    pool = text.substr(slash + 1);
+    if (address.node.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("pool '", text, "': a node before the /"));
+    }
+  }
+  if (!absl::SimpleAtoi(pool, &address.pool) || address.pool < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pool '", text, "': expected POOL or NODE/POOL, POOL a number from 0"));
+  }
+  return address;
+}
+
+namespace {
+
 MigrationResult MigrationFromWire(wire::MigrationReport::Reader m) {
   MigrationResult r{.from_pool = m.getFromPool(),
                     .to_pool = m.getToPool(),
+                    .to_node = m.getToNode().cStr(),
                     .transport = m.getTransport(),
                     .blocks_moved = m.getBlocksMoved(),
                     .blocks_shared = m.getBlocksShared(),
@@ -107,7 +130,7 @@ absl::StatusOr<PoolStats> Client::Stats() {
   const auto body = reply->envelope().getBody();
   if (!body.isStatsReply()) return Unexpected("stats request");
   const auto s = body.getStatsReply();
-  return PoolStats{.blocks_free = s.getBlocksFree(),
+  PoolStats stats{.blocks_free = s.getBlocksFree(),
                    .blocks_reserved = s.getBlocksReserved(),
                    .blocks_used = s.getBlocksUsed(),
                    .blocks_cached = s.getBlocksCached(),
@@ -121,7 +144,21 @@ absl::StatusOr<PoolStats> Client::Stats() {
                    .recovery = {.state_dir = s.getRecovery().getStateDir(),
                                 .sequences = s.getRecovery().getSequences(),
                                 .blocks = s.getRecovery().getBlocks(),
-                                .micros = s.getRecovery().getMicros()}};
+                                .micros = s.getRecovery().getMicros()},
+                   .peers = {},
+                   .remote_sequences = {}};
+  for (auto p : s.getPeers()) {
+    stats.peers.push_back({.name = p.getName().cStr(),
+                           .endpoint = p.getEndpoint().cStr(),
+                           .reachable = p.getReachable(),
+                           .last_heard_millis = p.getLastHeardMillis(),
+                           .sequences = p.getSequences()});
+  }
+  for (auto r : s.getRemoteSequences()) {
+    stats.remote_sequences.push_back(
+        {.sequence = r.getSequence(), .node = r.getNode().cStr(), .pool = r.getPool()});
+  }
+  return stats;
 }
 
 absl::Status Client::Heartbeat() {
@@ -138,6 +175,7 @@ void Client::BuildPrefill(EnvelopeBuilder& request, uint64_t sequence,
   p.setSequence(sequence);
   p.setPool(placement.pool);
   p.setDecodePool(placement.decode_pool);
+  p.setDecodeNode(placement.decode_node);
   p.setChunkTokens(placement.chunk_tokens);
   p.setContinued(placement.continued);
   p.setCacheNamespace(cache_namespace);
@@ -178,6 +216,7 @@ absl::StatusOr<PrefillResult> PrefillResultOf(const ParsedEnvelope& reply) {
   PrefillResult result{.length = static_cast<int64_t>(p.getLength()),
                        .prefix_hit_tokens = static_cast<int32_t>(p.getPrefixHitTokens()),
                        .pool = p.getPool(),
+                       .node = p.getNode().cStr(),
                        .migration = std::nullopt};
   if (p.hasMigration()) result.migration = MigrationFromWire(p.getMigration());
   return result;
@@ -213,11 +252,13 @@ absl::StatusOr<PrefillResult> Client::Prefill(uint64_t sequence, std::span<const
   return PrefillResultOf(*reply);
 }
 
-absl::StatusOr<MigrationResult> Client::Migrate(uint64_t sequence, uint32_t to_pool) {
+absl::StatusOr<MigrationResult> Client::Migrate(uint64_t sequence, uint32_t to_pool,
+                                                const std::string& to_node) {
   EnvelopeBuilder request = NewRequest();
   auto m = request.envelope().getBody().initMigrate();
   m.setSequence(sequence);
   m.setToPool(to_pool);
+  m.setToNode(to_node);
   ASSIGN_OR_RETURN(auto reply, Call(request));
   return MigrationResultOf(*reply);
 }

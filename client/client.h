@@ -46,6 +46,9 @@ struct ClientOptions {
 struct Placement {
   int32_t pool = -1;
   int32_t decode_pool = -1;
+  // The node decode_pool is a pool of (a peer kvpoold's name, docs/design.md §11); empty: this
+  // kvpoold's. The sequence moves there once written and is decoded there through this kvpoold.
+  std::string decode_node = "";
   // With a decode pool elsewhere: written in slices of this many tokens, each slice's blocks moved
   // while the next is written (-1: kvpoold's --prefill_chunk_tokens; 0: whole, moved after).
   int32_t chunk_tokens = -1;
@@ -54,9 +57,18 @@ struct Placement {
   bool continued = false;
 };
 
+// A pool, possibly of another node: "1" (this kvpoold's pool 1) or "b/1" (pool 1 of peer node b,
+// docs/design.md §11). ParsePoolAddress takes either; INVALID_ARGUMENT for anything else.
+struct PoolAddress {
+  std::string node;  // empty: the kvpoold asked
+  int32_t pool = -1;
+};
+absl::StatusOr<PoolAddress> ParsePoolAddress(absl::string_view text);
+
 // How a sequence moved between pools.
 struct MigrationResult {
   uint32_t from_pool = 0, to_pool = 0;
+  std::string to_node = "";  // to_pool's node; empty: the kvpoold asked
   wire::Transport transport = wire::Transport::NONE;
   uint32_t blocks_moved = 0;   // copied
   uint32_t blocks_shared = 0;  // the destination held them already
@@ -72,6 +84,7 @@ struct PrefillResult {
   int64_t length = 0;
   int32_t prefix_hit_tokens = 0;
   uint32_t pool = 0;                         // where the sequence lives now
+  std::string node = "";                     // on which node; empty: the kvpoold asked
   std::optional<MigrationResult> migration;  // with a decode pool other than the prefill's
 };
 
@@ -126,6 +139,20 @@ struct PoolStats {
     bool state_dir = false;  // kvpoold logs its state
     uint64_t sequences = 0, blocks = 0, micros = 0;
   } recovery;
+  // The other nodes' kvpoolds, and this client's sequences that live there (docs/design.md §11).
+  struct Peer {
+    std::string name, endpoint;
+    bool reachable = false;
+    uint64_t last_heard_millis = 0;
+    uint32_t sequences = 0;
+  };
+  std::vector<Peer> peers = {};
+  struct RemoteSequence {
+    uint64_t sequence = 0;
+    std::string node;
+    uint32_t pool = 0;
+  };
+  std::vector<RemoteSequence> remote_sequences = {};
 };
 
 struct PoolHealth {
@@ -154,7 +181,9 @@ class Client {
                                         const TokenActivations* activations = nullptr,
                                         const PoolSpec* spec = nullptr, Placement placement = {});
   // Moves an idle sequence to another pool (rebalancing); it is decoded there from then on.
-  absl::StatusOr<MigrationResult> Migrate(uint64_t sequence, uint32_t to_pool);
+  // `to_node`: a peer kvpoold's node name (docs/design.md §11); empty: a pool of this kvpoold.
+  absl::StatusOr<MigrationResult> Migrate(uint64_t sequence, uint32_t to_pool,
+                                          const std::string& to_node = "");
   absl::StatusOr<DecodeResult> Decode(const std::vector<DecodeStepRequest>& steps,
                                       wire::OutputLayers outputs = wire::OutputLayers::ALL,
                                       const PoolSpec* spec = nullptr,

@@ -62,8 +62,9 @@ ABSL_FLAG(int, timeout_ms, 120000, "how long to wait for each reply");
 ABSL_FLAG(int, tokens, 64, "prefill: number of synthetic prompt tokens");
 ABSL_FLAG(std::string, token_ids, "", "prefill: explicit token ids, comma-separated");
 ABSL_FLAG(int, pool, -1, "prefill: the pool it runs on (-1: kvpoold chooses)");
-ABSL_FLAG(int, decode_pool, -1,
-          "prefill: the pool the sequence is decoded on, moved there once written (-1: stays)");
+ABSL_FLAG(std::string, decode_pool, "",
+          "prefill: the pool the sequence is decoded on, moved there once written: P, or NODE/P "
+          "for pool P of a peer node (empty: stays)");
 ABSL_FLAG(int, chunk_tokens, -1,
           "prefill with --decode_pool: slices whose blocks move while the next is written (-1: "
           "kvpoold's --prefill_chunk_tokens, 0: whole); bench-stream: the sliced runs' (-1: 8192)");
@@ -72,7 +73,8 @@ ABSL_FLAG(int, chunk_gap_ms, 10, "bench-stream: the engine's pause between its c
 ABSL_FLAG(bool, continued, false,
           "prefill with --decode_pool: more prefills of the sequence follow; its blocks stream "
           "there as they fill, and the last prefill (without --continued) moves it");
-ABSL_FLAG(int, to, -1, "migrate: the pool to move the sequence to");
+ABSL_FLAG(std::string, to, "",
+          "migrate: the pool to move the sequence to: P, or NODE/P for pool P of a peer node");
 ABSL_FLAG(int, token, 1, "decode: the new token id");
 ABSL_FLAG(int, steps, 1, "decode: steps to run; bench-decode: timed steps");
 ABSL_FLAG(int, sequences, 16, "bench: sequences");
@@ -125,9 +127,9 @@ std::string PoolLine(const PoolState& p) {
 
 std::string MigrationLine(const MigrationResult& m) {
   std::string line = absl::StrFormat(
-      "moved pool %u -> pool %u by %s: %u blocks copied, %u shared, %llu bytes in %.3f ms",
-      m.from_pool, m.to_pool, TransportName(m.transport), m.blocks_moved, m.blocks_shared,
-      (unsigned long long)m.bytes, m.micros * 1e-3);
+      "moved pool %u -> pool %s%u by %s: %u blocks copied, %u shared, %llu bytes in %.3f ms",
+      m.from_pool, m.to_node.empty() ? "" : m.to_node + "/", m.to_pool, TransportName(m.transport),
+      m.blocks_moved, m.blocks_shared, (unsigned long long)m.bytes, m.micros * 1e-3);
   if (m.streamed_blocks > 0 || m.after_prefill_micros > 0) {
     absl::StrAppendFormat(&line, " (%u blocks while it was prefilled; decode-ready %.3f ms "
                           "after the prefill's last write)", m.streamed_blocks,
@@ -176,6 +178,13 @@ absl::Status Emit(const std::string& table, const std::string& json) {
     if (!file) return absl::UnavailableError(absl::StrCat("cannot write ", out));
   }
   return absl::OkStatus();
+}
+
+// --decode_pool as a pool address; pool -1 when it is not given.
+absl::StatusOr<PoolAddress> DecodePoolFlag() {
+  const std::string text = absl::GetFlag(FLAGS_decode_pool);
+  if (text.empty() || text == "-1") return PoolAddress{};
+  return ParsePoolAddress(text);
 }
 
 absl::Status WaitForWorkers(Client& client) {
@@ -281,6 +290,15 @@ absl::Status Run(const std::vector<char*>& args) {
     } else {
       std::printf("last start: no --state_dir, the cache does not survive a restart\n");
     }
+    for (const PoolStats::Peer& p : s.peers) {
+      std::printf("peer %s at %s: %s (heard %llu ms ago), %u sequences of this node there\n",
+                  p.name.c_str(), p.endpoint.c_str(), p.reachable ? "reachable" : "unreachable",
+                  (unsigned long long)p.last_heard_millis, p.sequences);
+    }
+    for (const PoolStats::RemoteSequence& r : s.remote_sequences) {
+      std::printf("sequence %llu lives on %s/%u\n", (unsigned long long)r.sequence,
+                  r.node.c_str(), r.pool);
+    }
     return absl::OkStatus();
   }
   if (command == "prefill") {
@@ -300,14 +318,16 @@ absl::Status Run(const std::vector<char*>& args) {
       c.seed = seq;
       tokens = WorkloadPrompt(c, 0);
     }
+    ASSIGN_OR_RETURN(const PoolAddress decode, DecodePoolFlag());
     const Placement placement{.pool = absl::GetFlag(FLAGS_pool),
-                              .decode_pool = absl::GetFlag(FLAGS_decode_pool),
+                              .decode_pool = decode.pool,
+                              .decode_node = decode.node,
                               .chunk_tokens = absl::GetFlag(FLAGS_chunk_tokens),
                               .continued = absl::GetFlag(FLAGS_continued)};
     ASSIGN_OR_RETURN(PrefillResult r, client.Prefill(seq, tokens, nullptr, nullptr, placement));
-    std::printf("sequence %llu: length %lld (%d prefix-hit tokens), pool %u\n",
+    std::printf("sequence %llu: length %lld (%d prefix-hit tokens), pool %s%u\n",
                 static_cast<unsigned long long>(seq), static_cast<long long>(r.length),
-                r.prefix_hit_tokens, r.pool);
+                r.prefix_hit_tokens, r.node.empty() ? "" : (r.node + "/").c_str(), r.pool);
     if (r.migration.has_value()) {
       std::printf("%s\n", MigrationLine(*r.migration).c_str());
       if (!r.migration->error.ok()) return r.migration->error;
@@ -316,9 +336,12 @@ absl::Status Run(const std::vector<char*>& args) {
   }
   if (command == "migrate") {
     ASSIGN_OR_RETURN(uint64_t seq, Number(args, 2, "a sequence id"));
-    const int to = absl::GetFlag(FLAGS_to);
-    if (to < 0) return absl::InvalidArgumentError("migrate needs --to=POOL");
-    ASSIGN_OR_RETURN(MigrationResult m, client.Migrate(seq, static_cast<uint32_t>(to)));
+    if (absl::GetFlag(FLAGS_to).empty()) {
+      return absl::InvalidArgumentError("migrate needs --to=POOL or --to=NODE/POOL");
+    }
+    ASSIGN_OR_RETURN(const PoolAddress to, ParsePoolAddress(absl::GetFlag(FLAGS_to)));
+    ASSIGN_OR_RETURN(MigrationResult m,
+                     client.Migrate(seq, static_cast<uint32_t>(to.pool), to.node));
     std::printf("sequence %llu (length %lld): %s\n", static_cast<unsigned long long>(seq),
                 static_cast<long long>(m.length), MigrationLine(m).c_str());
     return absl::OkStatus();
@@ -404,7 +427,11 @@ absl::Status Run(const std::vector<char*>& args) {
     c.runs = absl::GetFlag(FLAGS_runs);
     c.chunk_gap_ms = absl::GetFlag(FLAGS_chunk_gap_ms);
     c.pool = std::max(0, absl::GetFlag(FLAGS_pool));
-    c.decode_pool = absl::GetFlag(FLAGS_decode_pool) >= 0 ? absl::GetFlag(FLAGS_decode_pool) : 1;
+    ASSIGN_OR_RETURN(const PoolAddress decode, DecodePoolFlag());
+    if (!decode.node.empty()) {
+      return absl::InvalidArgumentError("bench-stream streams between pools of one node");
+    }
+    c.decode_pool = decode.pool >= 0 ? decode.pool : 1;
     ProgressBar bar;
     const auto progress = [&](const std::string& phase, int64_t done, int64_t total) {
       bar.Update(phase, done, total);

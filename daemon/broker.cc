@@ -37,6 +37,7 @@ const char* BodyName(wire::Envelope::Body::Which which) {
     case W::ABORT: return "abort";
     case W::MIGRATE: return "migrate";
     case W::TRANSFER_READY: return "transfer_ready";
+    case W::PEER_IMPORT: return "peer_import";
     default: return "other";
   }
 }
@@ -85,6 +86,9 @@ Broker::Broker(PoolSet* pools, const Clock* clock, BrokerOptions options)
     client_leases_[lease.client] = lease.id;
     client_identities_[lease.id] = lease.client;
   }
+  for (const PeerNode& peer : options_.peers) {
+    peers_.emplace(peer.name, PeerLink{.endpoint = peer.endpoint});
+  }
 }
 
 // ---- Messages in ----
@@ -94,9 +98,15 @@ const char* Broker::Handle(const std::string& from, std::vector<zmq::message_t> 
   uint64_t readable_id = 0;
   absl::StatusOr<std::unique_ptr<ParsedEnvelope>> parsed =
       ParseEnvelope(std::move(frames), options_.limits, &readable_id);
+  // What comes back on a link to a peer answers this kvpoold: it is never answered in turn.
+  const bool link = absl::StartsWith(from, kLinkPrefix);
   if (!parsed.ok()) {
     ++metrics_.requests["malformed"];
-    ReplyError(out, from, readable_id, parsed.status());
+    if (link) {
+      spdlog::warn("a malformed message from {}: {}", from, parsed.status().ToString());
+    } else {
+      ReplyError(out, from, readable_id, parsed.status());
+    }
     return "malformed";
   }
   const wire::Envelope::Reader envelope = (*parsed)->envelope();
@@ -106,6 +116,13 @@ const char* Broker::Handle(const std::string& from, std::vector<zmq::message_t> 
   const char* body = BodyFieldName(envelope.getBody().which());
   if (receive_hook_) receive_hook_(body);
   ++metrics_.requests[kind];
+  if (link) {
+    const std::string node(absl::string_view(from).substr(kLinkPrefix.size()));
+    const absl::Status handled =
+        RunGuarded([&] { return HandlePeerMessage(node, envelope, out); });
+    if (!handled.ok()) spdlog::warn("{} from node {}: {}", body, node, handled.ToString());
+    return body;
+  }
   absl::Status status = RunGuarded([&] { return Route(from, envelope, out); });
   if (absl::IsInternal(status)) {
     spdlog::error("{} from {} failed: {}", kind, from, status.ToString());
@@ -164,6 +181,8 @@ absl::Status Broker::Route(const std::string& from, wire::Envelope::Reader envel
     }
     case W::TRANSFER_READY:
       return HandleTransferReady(from, body.getTransferReady(), out);
+    case W::PEER_IMPORT:
+      return HandlePeerImport(from, id, body.getPeerImport(), out);
     case W::JOB_FAILED: {
       const auto failed = body.getJobFailed();
       absl::Status result = StatusFromWire(failed.getError());
@@ -189,8 +208,24 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
     digests = digester_.TokenDigests(r.getActivations(), 0, count_in);
   }
   ASSIGN_OR_RETURN(const PoolIndex pool, Place(seq, r.getPool(), Role::kPrefill));
+  // Decoded on another node: moved there whole once written (docs/design.md §11).
+  const std::string decode_node =
+      IsOtherNode(r.getDecodeNode().cStr()) ? std::string(r.getDecodeNode().cStr()) : "";
+  if (!decode_node.empty()) {
+    RETURN_IF_ERROR(CheckPeer(decode_node));
+    if (r.getDecodePool() < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("a decode node (", decode_node, ") needs its decodePool"));
+    }
+    if (r.getContinued()) {
+      return absl::UnimplementedError(
+          "continued prefills stream to a pool of this node only; send the last prefill with "
+          "the other node's decodePool");
+    }
+  }
   std::optional<PoolIndex> decode_pool;
-  if (r.getDecodePool() >= 0 && static_cast<PoolIndex>(r.getDecodePool()) != pool) {
+  if (decode_node.empty() && r.getDecodePool() >= 0 &&
+      static_cast<PoolIndex>(r.getDecodePool()) != pool) {
     RETURN_IF_ERROR(CheckPool(r.getDecodePool()));
     decode_pool = static_cast<PoolIndex>(r.getDecodePool());
     if (!HasWorker(Role::kDecode, *decode_pool)) {
@@ -244,6 +279,18 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
       }
     }
     RETURN_IF_ERROR(sequences.Commit(seq));
+    if (!decode_node.empty()) {
+      const AfterPrefill after{.prefix_hit_tokens = hits, .written_micros = clock_->NowMicros()};
+      const absl::Status started = StartRemoteMigration(
+          seq, decode_node, static_cast<PoolIndex>(r.getDecodePool()), from, id, lease, &after,
+          out);
+      if (!started.ok()) {
+        Migration failed{.from = pool, .to = static_cast<PoolIndex>(r.getDecodePool())};
+        failed.to_node = decode_node;
+        ReplyPrefill(from, id, seq, hits, &failed, started, 0, out);
+      }
+      return absl::OkStatus();
+    }
     if (continued) {
       StreamFor(seq, pool, *decode_pool, lease);
       StreamBlocks(seq, out);
@@ -286,6 +333,7 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
     }
     if (continued || slices.has_value()) StreamFor(seq, pool, *decode_pool, lease);
   }
+  if (!decode_node.empty()) decode_pool = static_cast<PoolIndex>(r.getDecodePool());
   Enqueue(Job{.kind = JobKind::kPrefill,
               .pool = pool,
               .client = from,
@@ -299,7 +347,8 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
               .migration = std::nullopt,
               .slices = std::move(slices),
               .stream_of = std::nullopt,
-              .parked = std::nullopt},
+              .parked = std::nullopt,
+              .then_migrate_node = decode_node},
           out);
   return absl::OkStatus();
 }
@@ -312,6 +361,7 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
     return absl::InvalidArgumentError(
         absl::StrCat("a decode needs 1 to ", kMaxDecodeSteps, " steps, got ", steps.size()));
   }
+  if (remote_.contains(steps[0].getSequence())) return ForwardDecode(from, id, r, out);
   const int64_t started = clock_->NowMicros();
   const PoolSpec& spec = pools_->layout().spec();
   // A decode job runs on one pool's worker: every sequence of a request must live there.
@@ -424,6 +474,7 @@ absl::Status Broker::HandleAppend(const std::string& from, uint64_t id,
   const absl::string_view name = r.getCacheNamespace().cStr();
   const SharingScope scope{.root = digester_.NamespaceRoot(name), .shared = !name.empty()};
   const std::vector<TokenDigest> digests(r.getTokens().size(), kEngineTokenDigest);
+  RETURN_IF_ERROR(CheckNotRemote(seq));
   // An engine writes the arena it attached: a new sequence goes to the pool it names (pool 0,
   // whose fd channel is kvpoold's first, when it names none).
   const absl::StatusOr<PoolIndex> home = HomeOf(seq);
@@ -529,6 +580,7 @@ absl::Status Broker::HandleCommit(const std::string& from, uint64_t id, SeqId se
 }
 
 absl::Status Broker::HandleRelease(const std::string& from, uint64_t id, SeqId seq, Outbox& out) {
+  if (remote_.contains(seq)) return ForwardRelease(from, id, seq, out);
   RETURN_IF_ERROR(CheckOwnedIdle(seq, ClientLease(from)));
   ASSIGN_OR_RETURN(const PoolIndex pool, HomeOf(seq));
   SequenceTable& sequences = pools_->pool(pool).sequences();
@@ -548,6 +600,7 @@ absl::Status Broker::HandleFork(const std::string& from, uint64_t id, wire::Fork
   const LeaseId lease = ClientLease(from);
   RETURN_IF_ERROR(CheckOwnedIdle(r.getSource(), lease));
   ASSIGN_OR_RETURN(const PoolIndex pool, HomeOf(r.getSource()));
+  RETURN_IF_ERROR(CheckNotRemote(r.getTarget()));
   if (const std::optional<PoolIndex> other = pools_->Home(r.getTarget()); other.has_value()) {
     return absl::AlreadyExistsError(
         absl::StrCat("sequence ", r.getTarget(), " exists (in pool ", *other, ")"));
@@ -584,6 +637,7 @@ void Broker::ReplyStats(const std::string& from, uint64_t id, Outbox& out) {
   recovery.setBlocks(recovered_.blocks);
   recovery.setMicros(recovered_.micros);
   recovery.setStateDir(pools_->tracking_changes());
+  FillPeerStats(s, lease);
   Reply(out, from, std::move(reply));
 }
 

@@ -36,6 +36,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/string_view.h"
 #include "daemon/metrics.h"
+#include "daemon/peers.h"
 #include "kvpool/pool/clock.h"
 #include "kvpool/pool/pool_set.h"
 #include "protocol/block_tables.h"
@@ -81,6 +82,11 @@ struct BrokerOptions {
   // The content digest key (protocol/content_digest.h); none: a fresh one. A kvpoold that
   // recovered its pools passes the key they were written under, so their blocks stay findable.
   std::optional<ContentDigester::Key> digest_key;
+  // Across nodes (docs/design.md §11): this kvpoold's node name and the other nodes' kvpoolds,
+  // reached through the daemon loop's links (kLinkPrefix) and admitted on its tcp endpoint as
+  // peers (kPeerPrefix). No peers: one node.
+  std::string node_name;
+  std::vector<PeerNode> peers;
 };
 
 // A peer is named by the endpoint it came through and its routing id, so that no remote client
@@ -89,8 +95,13 @@ struct BrokerOptions {
 // Register is refused.
 inline constexpr absl::string_view kLocalPeerPrefix = "ipc/";
 inline constexpr absl::string_view kRemotePeerPrefix = "tcp/";
+// Across nodes (docs/design.md §11): another node's kvpoold on the tcp endpoint, authenticated by
+// its listed CURVE key, is "peer/NAME/" and its routing id; this kvpoold's own link to peer NAME
+// (a DEALER of the daemon loop) is "link/NAME".
+inline constexpr absl::string_view kPeerPrefix = "peer/";
+inline constexpr absl::string_view kLinkPrefix = "link/";
 inline bool IsRemotePeer(absl::string_view peer) {
-  return absl::StartsWith(peer, kRemotePeerPrefix);
+  return absl::StartsWith(peer, kRemotePeerPrefix) || absl::StartsWith(peer, kPeerPrefix);
 }
 
 // One message to send on the ROUTER socket: to whom, and its frames.
@@ -172,6 +183,12 @@ class Broker {
     bool fresh_link = true;
     std::string token = {};
     bool send_sent = false;
+    // Across nodes (broker_peers.cc). Sending side: the peer node `to` is a pool of. Receiving
+    // side: the peer kvpoold that sends (its identity), its request, its arena's chunk size.
+    std::string to_node = {};
+    std::string from_peer = {};
+    uint64_t peer_call = 0;
+    uint64_t peer_chunk_bytes = 0;
   };
   // A prefill written in slices: its job is sent once per slice (docs/design.md §6).
   struct PrefillSlices {
@@ -219,6 +236,12 @@ class Broker {
     // worker reported its last write.
     std::optional<absl::Status> parked;
     int64_t written_micros = 0;
+    // A prefill decoded on another node: moved there once written (then_migrate_to its pool).
+    std::string then_migrate_node = {};
+    // A move to another node (this kvpoold sends): when it fails unless the peer has answered,
+    // and its send job once the peer's receiver is ready, until an idle sender takes it.
+    int64_t peer_deadline_micros = 0;
+    std::optional<EnvelopeBuilder> peer_send = std::nullopt;
   };
   struct Worker {
     std::string identity;
@@ -320,6 +343,76 @@ class Broker {
   // The stream of `seq` must not be used again (a failed write, a release): it ends now, or when
   // its move in flight ends.
   void DropStream(SeqId seq);
+  // ---- Across nodes (broker_peers.cc, docs/design.md §11) ----
+  // A sequence of this kvpoold's clients that lives on a peer node: its id and pool there (the
+  // peer holds it under this kvpoold's lease), and its owner here.
+  struct RemoteHome {
+    std::string node;
+    SeqId remote = 0;
+    PoolIndex pool = 0;
+    LeaseId lease = 0;
+    int64_t length_moved = 0;  // its length when it moved (for the move's reply only)
+  };
+  // A client's request forwarded to a peer: whom to answer, and the sequence ids to map back.
+  struct ForwardedCall {
+    std::string node;
+    std::string client;
+    uint64_t request_id = 0;
+    LeaseId lease = 0;
+    int64_t deadline_micros = 0;
+    absl::flat_hash_map<SeqId, SeqId> local_of;  // the peer's id -> this kvpoold's
+    std::optional<SeqId> released;               // a release: the sequence it forgets here
+  };
+  struct PeerLink {
+    std::string endpoint;
+    int64_t last_heard_micros = 0;
+  };
+  static bool IsRemoteMove(const Job& job) {
+    return job.migration.has_value() && !job.migration->to_node.empty();
+  }
+  static bool IsPeerImport(const Job& job) {
+    return job.migration.has_value() && !job.migration->from_peer.empty();
+  }
+  // A message on this kvpoold's link to peer `node`: a reply to what it asked there.
+  absl::Status HandlePeerMessage(const std::string& node, wire::Envelope::Reader envelope,
+                                 Outbox& out);
+  // A peer kvpoold's request to take a sequence (the receiving side).
+  absl::Status HandlePeerImport(const std::string& from, uint64_t id,
+                                wire::PeerImportRequest::Reader r, Outbox& out);
+  // INVALID_ARGUMENT unless `node` is a peer (this kvpoold's own name is no peer).
+  absl::Status CheckPeer(absl::string_view node) const;
+  // True when `node` names another node (not empty, not this one).
+  bool IsOtherNode(absl::string_view node) const {
+    return !node.empty() && node != options_.node_name;
+  }
+  // FAILED_PRECONDITION when `seq` lives on a peer: only decode and release go there.
+  absl::Status CheckNotRemote(SeqId seq) const;
+  // Starts moving client `lease`'s idle sequence `seq` to pool `to_pool` of peer `node` (the
+  // sending side): the peer is asked to import it, its receiver's link is handed to an idle
+  // sender of the source pool, and the sequence is released here once the peer committed it.
+  absl::Status StartRemoteMigration(SeqId seq, const std::string& node, PoolIndex to_pool,
+                                    const std::string& client, uint64_t request_id,
+                                    LeaseId lease, const AfterPrefill* after, Outbox& out);
+  // The peer answered a move (`reply`, or an error in `result`), or it did not in time.
+  void FinishRemoteMove(JobId id, absl::Status result, const wire::PeerImportReply::Reader* reply,
+                        Outbox& out);
+  // Hands the send jobs of moves to peers to idle senders.
+  void StartPeerSends(Outbox& out);
+  // Client requests on sequences that live on a peer, sent there.
+  absl::Status ForwardDecode(const std::string& from, uint64_t id, wire::DecodeRequest::Reader r,
+                             Outbox& out);
+  absl::Status ForwardRelease(const std::string& from, uint64_t id, SeqId seq, Outbox& out);
+  // A forwarded request's answer, relayed to its client with this kvpoold's sequence ids.
+  void RelayForwarded(uint64_t call, wire::Envelope::Reader answer, Outbox& out);
+  // Heartbeats to every peer (they renew this kvpoold's lease there), and the deadlines of moves
+  // and requests a peer did not answer.
+  void TickPeers(Outbox& out);
+  // A client gone: its sequences on peers are released there.
+  void ReleaseRemote(LeaseId lease, Outbox& out);
+  void SendToPeer(const std::string& node, EnvelopeBuilder message, Outbox& out);
+  void FillPeerStats(wire::StatsReply::Builder stats, LeaseId lease) const;
+  // A fresh id for a sequence a peer moves here: one no sequence here has.
+  SeqId NewImportedSequenceId();
   // ---- Paired moves (broker_paired_moves.cc) ----
   // An idle worker of the source pool to send `job`'s blocks to `receiver`: one with an open
   // link to it first.
@@ -388,7 +481,7 @@ class Broker {
   void FinishJob(JobId id, const absl::Status& result, const wire::JobDone::Reader* done,
                  Outbox& out);
   void EndWorker(LeaseId lease, const std::string& why, Outbox& out);
-  void EndClient(LeaseId lease);
+  void EndClient(LeaseId lease, Outbox& out);
   void ReleaseLeaseHoldings(LeaseId lease);
 
   void Reply(Outbox& out, const std::string& to, EnvelopeBuilder message);
@@ -425,6 +518,11 @@ class Broker {
   BrokerMetrics metrics_;
   Recovered recovered_;
   std::function<void(const char*)> receive_hook_;
+  absl::flat_hash_map<std::string, PeerLink> peers_;   // by node name
+  absl::flat_hash_map<SeqId, RemoteHome> remote_;     // sequences that live on peers
+  absl::flat_hash_map<uint64_t, ForwardedCall> forwarded_;  // by the request id sent
+  int64_t next_peer_heartbeat_ = 0;
+  SeqId next_imported_ = 0;
   LeaseId quarantine_ = 0;
   std::vector<uint32_t> quarantine_pids_;
   void CheckQuarantine();  // ends it when its workers are done

@@ -108,9 +108,10 @@ void Broker::Tick(Outbox& out) {
       EndWorker(lease, "its lease expired", out);
     } else {
       spdlog::info("client lease {} expired; its sequences are released", lease);
-      EndClient(lease);
+      EndClient(lease, out);
     }
   }
+  TickPeers(out);
   Dispatch(out);
 }
 
@@ -176,7 +177,7 @@ void Broker::EndWorker(LeaseId lease, const std::string& why, Outbox& out) {
             nullptr, out);
 }
 
-void Broker::EndClient(LeaseId lease) {
+void Broker::EndClient(LeaseId lease, Outbox& out) {
   if (auto it = client_identities_.find(lease); it != client_identities_.end()) {
     if (auto c = client_leases_.find(it->second); c != client_leases_.end() && c->second == lease) {
       client_leases_.erase(c);
@@ -187,7 +188,7 @@ void Broker::EndClient(LeaseId lease) {
   std::vector<JobId> queued;
   for (auto& [id, job] : jobs_) {
     if (job.client_lease != lease) continue;
-    if (job.worker == 0) {
+    if (job.worker == 0 && !IsRemoteMove(job)) {  // a move to a peer runs without a worker here
       queued.push_back(id);
     } else {
       job.client_gone = true;
@@ -195,6 +196,7 @@ void Broker::EndClient(LeaseId lease) {
     }
   }
   usage_.erase(lease);  // its running jobs end without it
+  ReleaseRemote(lease, out);  // and its sequences on other nodes go there
   // Its streams end with it; the staged blocks go with the lease's holdings.
   absl::erase_if(streams_, [&](const auto& s) { return s.second.lease == lease; });
   for (JobId id : queued) {
@@ -230,7 +232,9 @@ void Broker::StartPairedMoves(Outbox& out) {
     std::optional<std::pair<LeaseId, LeaseId>> pair;
     for (const auto& [lease, w] : workers_) {
       if (w.job.has_value() || !CanRun(w, job)) continue;
-      const std::optional<LeaseId> sender = IdleSender(job, lease);
+      // A move from a peer node: its sender is the peer's.
+      const std::optional<LeaseId> sender =
+          IsPeerImport(job) ? std::optional<LeaseId>(0) : IdleSender(job, lease);
       if (!sender.has_value()) continue;
       const bool linked = links_.contains(std::make_pair(*sender, lease));
       if (!pair.has_value() || linked) pair = std::make_pair(lease, *sender);
@@ -250,6 +254,7 @@ void Broker::Dispatch(Outbox& out) {
   // Paired moves first: their sender is a worker of the source pool that takes its own role's
   // next job the moment it is free, so a source pool kept busy would starve moves out of it.
   StartPairedMoves(out);
+  StartPeerSends(out);
   for (auto& [lease, worker] : workers_) {
     if (worker.job.has_value()) continue;
     // Its role's jobs first, then migrations into its pool; the oldest of its pool in each that
@@ -265,7 +270,7 @@ void Broker::Dispatch(Outbox& out) {
         const Job& job = jobs_.at(id);
         if (job.pool != pool) return false;
         if (!job.migration.has_value() || !IsPaired(job.migration->transport)) return true;
-        sender = IdleSender(job, receiver);
+        sender = IsPeerImport(job) ? std::optional<LeaseId>(0) : IdleSender(job, receiver);
         return sender.has_value();
       });
       if (next == queue.end()) continue;
@@ -357,7 +362,20 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
     const uint64_t bytes = done != nullptr ? done->getBytes() : 0;
     const absl::Status moved = EndMigration(seq, *job.migration, result, bytes);
     metrics_.ObserveJob(kind, moved.ok() ? "ok" : "error", seconds);
-    if (job.migration->after_prefill) {
+    if (IsPeerImport(job)) {
+      if (!moved.ok()) {
+        ReplyError(out, job.client, job.request_id, moved);
+      } else {
+        EnvelopeBuilder reply(job.request_id);
+        auto r = reply.envelope().getBody().initPeerImportReply();
+        r.setSequence(seq);
+        r.setLength(static_cast<uint64_t>(
+            pools_->pool(job.pool).sequences().Length(seq).value_or(0)));
+        r.setBytes(bytes);
+        r.setPool(job.pool);
+        Reply(out, job.client, std::move(reply));
+      }
+    } else if (job.migration->after_prefill) {
       ReplyPrefill(job.client, job.request_id, seq, job.prefix_hit_tokens, &*job.migration, moved,
                    bytes, out);
     } else if (moved.ok()) {
@@ -388,11 +406,17 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
     const AfterPrefill after{
         .prefix_hit_tokens = job.prefix_hit_tokens,
         .written_micros = job.written_micros != 0 ? job.written_micros : clock_->NowMicros()};
-    const absl::Status started_move = StartMigration(
-        seq, *job.then_migrate_to, job.client, job.request_id, job.client_lease, &after, out);
+    const bool other_node = !job.then_migrate_node.empty();
+    const absl::Status started_move =
+        other_node ? StartRemoteMigration(seq, job.then_migrate_node, *job.then_migrate_to,
+                                          job.client, job.request_id, job.client_lease, &after,
+                                          out)
+                   : StartMigration(seq, *job.then_migrate_to, job.client, job.request_id,
+                                    job.client_lease, &after, out);
     EndStream(seq);  // its Import took what streamed
     if (!started_move.ok()) {
-      const Migration failed{.from = job.pool, .to = *job.then_migrate_to};
+      Migration failed{.from = job.pool, .to = *job.then_migrate_to};
+      failed.to_node = job.then_migrate_node;
       ReplyPrefill(job.client, job.request_id, seq, job.prefix_hit_tokens, &failed, started_move,
                    0, out);
     }

@@ -16,6 +16,7 @@
 namespace kvp {
 
 absl::StatusOr<PoolIndex> Broker::HomeOf(SeqId seq) const {
+  RETURN_IF_ERROR(CheckNotRemote(seq));
   const std::optional<PoolIndex> home = pools_->Home(seq);
   if (!home.has_value()) return absl::NotFoundError(absl::StrCat("unknown sequence ", seq));
   return *home;
@@ -31,6 +32,7 @@ absl::Status Broker::CheckPool(int64_t pool) const {
 }
 
 absl::StatusOr<PoolIndex> Broker::Place(SeqId seq, int32_t requested, Role role) const {
+  RETURN_IF_ERROR(CheckNotRemote(seq));
   if (const std::optional<PoolIndex> home = pools_->Home(seq); home.has_value()) {
     if (requested >= 0 && static_cast<PoolIndex>(requested) != *home) {
       return absl::FailedPreconditionError(
@@ -135,6 +137,10 @@ absl::Status Broker::HandleMigrate(const std::string& from, uint64_t id,
   if (draining_) return absl::UnavailableError("kvpoold is draining; retry on another instance");
   const LeaseId lease = ClientLease(from);
   RETURN_IF_ERROR(CheckRequestLimit(lease));
+  if (IsOtherNode(r.getToNode().cStr())) {
+    return StartRemoteMigration(r.getSequence(), r.getToNode().cStr(), r.getToPool(), from, id,
+                                lease, /*after=*/nullptr, out);
+  }
   return StartMigration(r.getSequence(), r.getToPool(), from, id, lease, /*after=*/nullptr, out);
 }
 
@@ -246,6 +252,15 @@ absl::Status Broker::EndMigration(SeqId seq, const Migration& m, absl::Status re
   SequenceTable& target = pools_->pool(m.to).sequences();
   absl::Status status = std::move(result);
   if (status.ok()) status = target.Commit(seq);
+  if (status.ok() && !m.from_peer.empty()) {
+    // From another node: committed here, and that node releases its copy once told.
+    const int64_t micros = clock_->NowMicros() - m.started_micros;
+    metrics_.ObserveMigration(TransportName(m.transport), true, bytes, micros * 1e-6);
+    spdlog::info("sequence {} moved here from node {} into pool {} by {}: {} blocks, {} bytes, "
+                 "{} us", seq, m.from_peer, m.to, TransportName(m.transport), m.blocks_moved,
+                 bytes, micros);
+    return status;
+  }
   if (status.ok()) {
     // Committed on the destination: the source lets its blocks go (indexed ones stay as its
     // prefix cache) and its workers may forget the table.
@@ -288,6 +303,7 @@ void Broker::FillMigrationReport(const Migration& m, const absl::Status& status,
   const int64_t now = clock_->NowMicros();
   report.setMicros(static_cast<uint64_t>(std::max<int64_t>(0, now - m.started_micros)));
   report.setStreamedBlocks(m.blocks_streamed);
+  report.setToNode(m.to_node);
   if (m.after_prefill) {
     report.setAfterPrefillMicros(
         static_cast<uint64_t>(std::max<int64_t>(0, now - m.prefill_end_micros)));
@@ -305,6 +321,10 @@ void Broker::ReplyPrefill(const std::string& to, uint64_t request_id, SeqId seq,
   if (const std::optional<PoolIndex> home = pools_->Home(seq); home.has_value()) {
     p.setPool(*home);
     p.setLength(static_cast<uint64_t>(pools_->pool(*home).sequences().Length(seq).value_or(0)));
+  } else if (auto remote = remote_.find(seq); remote != remote_.end()) {
+    p.setPool(remote->second.pool);
+    p.setLength(static_cast<uint64_t>(remote->second.length_moved));
+    p.setNode(remote->second.node);
   }
   if (migration != nullptr) FillMigrationReport(*migration, moved, bytes, p.initMigration());
   Reply(out, to, std::move(reply));
@@ -315,7 +335,11 @@ void Broker::ReplyMigrate(const std::string& to, uint64_t request_id, SeqId seq,
   EnvelopeBuilder reply(request_id);
   auto r = reply.envelope().getBody().initMigrateReply();
   r.setSequence(seq);
-  r.setLength(static_cast<uint64_t>(pools_->pool(m.to).sequences().Length(seq).value_or(0)));
+  auto remote = remote_.find(seq);
+  r.setLength(static_cast<uint64_t>(
+      remote != remote_.end() && !m.to_node.empty()
+          ? remote->second.length_moved
+          : pools_->pool(m.to).sequences().Length(seq).value_or(0)));
   FillMigrationReport(m, absl::OkStatus(), bytes, r.initMigration());
   Reply(out, to, std::move(reply));
 }

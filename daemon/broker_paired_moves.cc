@@ -17,6 +17,9 @@ namespace kvp {
 namespace {
 
 constexpr size_t kTokenBytes = 32;
+// Link ids of moves from other nodes, apart from this kvpoold's own pairs' (workers key NCCL
+// communicators by link id).
+constexpr uint64_t kPeerLinkBit = uint64_t{1} << 63;
 const char* const kMigrateJob = BodyFieldName(wire::Envelope::Body::MIGRATE_JOB);
 
 // A secret for the socket link: only the sender kvpoold told can pass as it.
@@ -59,7 +62,7 @@ EnvelopeBuilder Broker::LinkJobFor(const Job& job, wire::TransferSide side,
   link.setRendezvous(rendezvous);
   if (m.transport == wire::Transport::SOCKET) link.setToken(BytesOf(m.token));
   link.setDeadlineMillis(static_cast<uint32_t>(options_.transfer_timeout_millis));
-  link.setSourceChunkBytes(ChunkBytesOf(m.from));
+  link.setSourceChunkBytes(m.from_peer.empty() ? ChunkBytesOf(m.from) : m.peer_chunk_bytes);
   link.setTargetChunkBytes(ChunkBytesOf(m.to));
   return message;
 }
@@ -67,6 +70,16 @@ EnvelopeBuilder Broker::LinkJobFor(const Job& job, wire::TransferSide side,
 void Broker::StartPairedMove(JobId id, LeaseId receiver, LeaseId sender, Outbox& out) {
   Job& job = jobs_.at(id);
   Migration& m = *job.migration;
+  if (!m.from_peer.empty()) {
+    // From another node: a fresh link of its own numbering, whose send half goes to the peer
+    // kvpoold once the receiver has opened it (HandleTransferReady).
+    m.fresh_link = true;
+    m.link = kPeerLinkBit | next_link_++;
+    if (m.transport == wire::Transport::SOCKET) m.token = NewToken();
+    out.push_back({workers_.at(receiver).identity,
+                   LinkJobFor(job, wire::TransferSide::RECEIVE, {}).Frame(), kMigrateJob});
+    return;
+  }
   m.sender = sender;
   workers_.at(sender).job = id;
   const auto open = links_.find(std::make_pair(sender, receiver));
@@ -99,6 +112,16 @@ absl::Status Broker::HandleTransferReady(const std::string& from, wire::Transfer
   if (!m.fresh_link || m.send_sent) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", r.getJob(), ": its link was opened already"));
+  }
+  if (!m.from_peer.empty()) {
+    // The sender is another node's: its kvpoold gets the send half, under its request's id.
+    EnvelopeBuilder half(m.peer_call);
+    half.envelope().getBody().setMigrateJob(
+        LinkJobFor(job, wire::TransferSide::SEND, r.getRendezvous()).reader().getBody()
+            .getMigrateJob());
+    Reply(out, job.client, std::move(half));
+    m.send_sent = true;
+    return absl::OkStatus();
   }
   if (!workers_.contains(m.sender)) {
     // The sender went: the receiver's wait ends at the link's deadline and the move fails.

@@ -19,6 +19,7 @@
 #include "base/status_macros.h"
 #include "daemon/http_endpoint.h"
 #include "daemon/zap_handler.h"
+#include "protocol/curve.h"
 #include "kvpool/arena/unique_fd.h"
 
 namespace kvp {
@@ -58,6 +59,57 @@ absl::Status Bind(zmq::socket_t& socket, const std::string& endpoint) {
     return absl::UnavailableError(absl::StrCat("cannot bind ", endpoint, ": ", e.what()));
   }
   return absl::OkStatus();
+}
+
+// A link to a peer kvpoold: a CURVE client of its tcp endpoint, named by this node's name. Messages
+// go out only on a connection that is up (immediate), never queued for a peer that is down.
+absl::StatusOr<zmq::socket_t> NewLink(zmq::context_t& context, const PeerNode& peer,
+                                      const std::string& node_name,
+                                      const std::string& secret_key, size_t max_message_bytes) {
+  ASSIGN_OR_RETURN(const CurveKeyPair own, CurveKeyPairFromSecret(secret_key));
+  zmq::socket_t link(context, zmq::socket_type::dealer);
+  link.set(zmq::sockopt::routing_id, node_name);
+  link.set(zmq::sockopt::immediate, 1);
+  link.set(zmq::sockopt::linger, 0);
+  link.set(zmq::sockopt::maxmsgsize, static_cast<int64_t>(2 * max_message_bytes));
+  UseCurveClientKeys(link, CurveClientKeys{.server_public_key = peer.public_key, .own = own});
+  try {
+    link.connect(peer.endpoint);
+  } catch (const zmq::error_t& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("peer ", peer.name, ": cannot connect to ", peer.endpoint, ": ", e.what()));
+  }
+  return link;
+}
+
+// Sends one message on a link; a peer that is down drops it (the broker's deadlines see to what
+// waited for it).
+void SendOnLink(zmq::socket_t& link, const std::string& name, Outgoing& message) {
+  try {
+    for (size_t i = 0; i < message.frames.size(); ++i) {
+      const bool last = i + 1 == message.frames.size();
+      const auto flags = zmq::send_flags::dontwait |
+                         (last ? zmq::send_flags::none : zmq::send_flags::sndmore);
+      if (!link.send(message.frames[i], flags)) {
+        spdlog::debug("node {} is not connected; {} dropped", name, message.kind);
+        return;
+      }
+    }
+  } catch (const zmq::error_t& e) {
+    spdlog::warn("cannot send to node {} ({}); message dropped", name, e.what());
+  }
+}
+
+// The node a tcp connection authenticated as (ZapHandler's user id), or "" for a client.
+std::string PeerNameOf(zmq::message_t& frame) {
+  try {
+    const absl::string_view user = frame.gets("User-Id");
+    if (absl::StartsWith(user, kZapPeerUserPrefix)) {
+      return std::string(user.substr(sizeof(kZapPeerUserPrefix) - 1));
+    }
+  } catch (const zmq::error_t&) {  // no user id: a client
+  }
+  return "";
 }
 
 // Sends one message on a ROUTER socket to `to`; a peer that has gone is logged, not fatal.
@@ -117,20 +169,54 @@ absl::Status DaemonLoop::Run() {
   // only listed client keys.
   std::unique_ptr<ZapHandler> zap;
   std::optional<zmq::socket_t> remote;
+  const std::vector<PeerNode>& peers = broker_->options().peers;
+  if (!peers.empty() && options_.tcp_endpoint.empty()) {
+    return absl::InvalidArgumentError(
+        "peers need the tcp endpoint: other nodes' kvpoolds connect to it (docs/design.md §11)");
+  }
   if (!options_.tcp_endpoint.empty()) {
-    ASSIGN_OR_RETURN(zap, ZapHandler::Bind(context, options_.curve_clients));
+    absl::flat_hash_map<std::string, std::string> peer_keys;
+    for (const PeerNode& peer : peers) peer_keys.emplace(peer.raw_key, peer.name);
+    ASSIGN_OR_RETURN(zap, ZapHandler::Bind(context, options_.curve_clients, peer_keys));
     remote.emplace(NewRouter(context, broker_->options().limits.max_message_bytes));
     remote->set(zmq::sockopt::curve_server, 1);
     remote->set(zmq::sockopt::curve_secretkey, options_.curve_secret_key);
     remote->set(zmq::sockopt::zap_domain, "kvpool");
     RETURN_IF_ERROR(Bind(*remote, options_.tcp_endpoint));
-    spdlog::info("serving tcp endpoint {} (CURVE, {} client keys admitted)",
-                 remote->get(zmq::sockopt::last_endpoint), options_.curve_clients.size());
+    spdlog::info("serving tcp endpoint {} (CURVE, {} client keys and {} peers admitted)",
+                 remote->get(zmq::sockopt::last_endpoint), options_.curve_clients.size(),
+                 peers.size());
   }
+  std::vector<zmq::socket_t> links;  // one per peer, in BrokerOptions::peers' order
+  for (const PeerNode& peer : peers) {
+    ASSIGN_OR_RETURN(zmq::socket_t link,
+                     NewLink(context, peer, broker_->options().node_name,
+                             options_.curve_secret_key,
+                             broker_->options().limits.max_message_bytes));
+    links.push_back(std::move(link));
+    spdlog::info("node {}: linked to peer {} at {}", broker_->options().node_name, peer.name,
+                 peer.endpoint);
+  }
+  const auto link_of = [&](absl::string_view name) -> zmq::socket_t* {
+    for (size_t i = 0; i < peers.size(); ++i) {
+      if (peers[i].name == name) return &links[i];
+    }
+    return nullptr;
+  };
   // Replies go out on the socket their peer came in on.
   const auto send = [&](Outgoing& o) {
     const absl::string_view to = o.to;
-    if (remote.has_value() && IsRemotePeer(to)) {
+    if (absl::StartsWith(to, kLinkPrefix)) {
+      const absl::string_view name = to.substr(kLinkPrefix.size());
+      if (zmq::socket_t* link = link_of(name); link != nullptr) {
+        SendOnLink(*link, std::string(name), o);
+      } else {
+        spdlog::error("a message to node '{}', no peer, dropped", std::string(name));
+      }
+    } else if (remote.has_value() && absl::StartsWith(to, kPeerPrefix)) {
+      const absl::string_view rest = to.substr(kPeerPrefix.size());
+      Send(*remote, rest.substr(std::min(rest.size(), rest.find('/') + 1)), o);
+    } else if (remote.has_value() && IsRemotePeer(to)) {
       Send(*remote, to.substr(kRemotePeerPrefix.size()), o);
     } else if (absl::StartsWith(to, kLocalPeerPrefix)) {
       Send(router, to.substr(kLocalPeerPrefix.size()), o);
@@ -177,8 +263,32 @@ absl::Status DaemonLoop::Run() {
         break;
       }
       if (frames.size() < 2) continue;  // an identity with nothing after it
-      const std::string from = absl::StrCat(prefix, frames.front().to_string());
+      // A peer kvpoold on the tcp endpoint is named by the node its key is listed for.
+      const std::string peer = prefix == kRemotePeerPrefix ? PeerNameOf(frames[1]) : "";
+      const std::string from =
+          peer.empty() ? absl::StrCat(prefix, frames.front().to_string())
+                       : absl::StrCat(kPeerPrefix, peer, "/", frames.front().to_string());
       frames.erase(frames.begin());
+      log_and_send(broker_->Handle(from, std::move(frames), out));
+      if (!fatal.ok()) break;
+    }
+  };
+
+  // What a link to a peer brings: that peer's answers (no identity frame on a DEALER).
+  const auto drain_link = [&](size_t i) {
+    const std::string from = absl::StrCat(kLinkPrefix, peers[i].name);
+    for (int n = 0; n < 256; ++n) {
+      std::vector<zmq::message_t> frames;
+      try {
+        if (!zmq::recv_multipart(links[i], std::back_inserter(frames),
+                                 zmq::recv_flags::dontwait)) {
+          break;
+        }
+      } catch (const zmq::error_t& e) {
+        spdlog::warn("receiving from node {}: {}", peers[i].name, e.what());
+        break;
+      }
+      if (frames.empty()) continue;
       log_and_send(broker_->Handle(from, std::move(frames), out));
       if (!fatal.ok()) break;
     }
@@ -239,6 +349,8 @@ absl::Status DaemonLoop::Run() {
     if (remote.has_value()) items.push_back({remote->handle(), 0, ZMQ_POLLIN, 0});
     const size_t zap_item = items.size();
     if (zap != nullptr) items.push_back({zap->socket().handle(), 0, ZMQ_POLLIN, 0});
+    const size_t first_link = items.size();
+    for (zmq::socket_t& link : links) items.push_back({link.handle(), 0, ZMQ_POLLIN, 0});
     const size_t first_channel = items.size();
     for (const FdChannelServer& channel : fd_channels) {
       items.push_back({nullptr, channel.fd(), ZMQ_POLLIN, 0});
@@ -250,6 +362,9 @@ absl::Status DaemonLoop::Run() {
       drain(*remote, kRemotePeerPrefix);
     }
     if (zap != nullptr && (items[zap_item].revents & ZMQ_POLLIN)) zap->AnswerOne();
+    for (size_t i = 0; i < links.size(); ++i) {
+      if (items[first_link + i].revents & ZMQ_POLLIN) drain_link(i);
+    }
     for (PoolIndex i = 0; i < fd_channels.size(); ++i) {
       if (items[first_channel + i].revents & ZMQ_POLLIN) hand_over(i);
     }

@@ -1,6 +1,7 @@
 // kvpoold's event loop: one thread polls the ROUTER socket (and, when serving tcp://, a second
 // ROUTER with CURVE and its ZAP handler), each pool's fd channel and a signalfd, feeds the Broker and
-// sends what it returns; every tick it reaps leases, publishes metrics and pings
+// sends what it returns (and, across nodes, polls a DEALER link to each peer kvpoold, design.md
+// §11); every tick it reaps leases, publishes metrics and pings
 // systemd's watchdog. SIGTERM or SIGINT starts a drain: new work is refused, jobs in flight
 // finish (or the drain times out), then Run returns.
 #pragma once
@@ -24,7 +25,9 @@ struct DaemonOptions {
   std::string endpoint;  // ipc://...: workers and local clients
   // Optional tcp://... for remote clients, CURVE only: kvpoold's secret key (Z85) and the raw
   // 32-byte public keys of the clients it admits. Peers are named kLocalPeerPrefix or
-  // kRemotePeerPrefix and their routing id (daemon/broker.h).
+  // kRemotePeerPrefix and their routing id (daemon/broker.h). The other nodes' kvpoolds
+  // (BrokerOptions::peers) are admitted there too, by their keys, and reached over a link each
+  // (a CURVE DEALER with this secret key).
   std::string tcp_endpoint;
   std::string curve_secret_key;
   std::vector<std::string> curve_clients;

@@ -33,6 +33,7 @@
 #include "daemon/crash_points.h"
 #include "daemon/daemon_loop.h"
 #include "daemon/fd_store.h"
+#include "daemon/peers.h"
 #include "daemon/recovery.h"
 #include "daemon/served_arena.h"
 #include "kvpool/format/kv_format_names.h"
@@ -56,6 +57,12 @@ ABSL_FLAG(std::string, curve_secret_key_file, "",
 ABSL_FLAG(std::string, curve_clients_file, "",
           "the public keys (Z85, one per line; lines starting with # are comments) of the clients "
           "the tcp endpoint admits");
+ABSL_FLAG(std::string, node_name, "",
+          "this node's name among its peers (1-63 of a-z, 0-9 and '-'); needed with --peers_file");
+ABSL_FLAG(std::string, peers_file, "",
+          "the other nodes' kvpoolds, one a line: NAME tcp://HOST:PORT PUBLIC_KEY (their "
+          "--tcp_endpoint and its CURVE public key); they are linked to over CURVE and admitted on "
+          "--tcp_endpoint, and must list this node too (docs/design.md §11)");
 ABSL_FLAG(std::string, backend, "auto", "arena: auto (cuda when a GPU is visible), cuda or host");
 ABSL_FLAG(int, gpu, 0, "GPU of the cuda arena, when --gpus is not given");
 ABSL_FLAG(std::string, gpus, "",
@@ -282,15 +289,18 @@ absl::Status RemoteEndpointFromFlags(DaemonOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("--tcp_endpoint=", endpoint, ": expected tcp://HOST:PORT"));
   }
-  if (secret_file.empty() || clients_file.empty()) {
+  const bool peers = !absl::GetFlag(FLAGS_peers_file).empty();
+  if (secret_file.empty() || (clients_file.empty() && !peers)) {
     return absl::InvalidArgumentError(
-        "--tcp_endpoint needs --curve_secret_key_file and --curve_clients_file: remote clients "
-        "must be authenticated (docs/design.md §8)");
+        "--tcp_endpoint needs --curve_secret_key_file and --curve_clients_file (or "
+        "--peers_file): remote clients must be authenticated (docs/design.md §8)");
   }
   ASSIGN_OR_RETURN(const std::string secret, ReadCurveKeyFile(secret_file));
   ASSIGN_OR_RETURN(const CurveKeyPair keys, CurveKeyPairFromSecret(secret));
-  ASSIGN_OR_RETURN(options.curve_clients, ReadCurveKeyListFile(clients_file));
-  if (options.curve_clients.empty()) {
+  if (!clients_file.empty()) {
+    ASSIGN_OR_RETURN(options.curve_clients, ReadCurveKeyListFile(clients_file));
+  }
+  if (options.curve_clients.empty() && !peers) {
     return absl::InvalidArgumentError(
         absl::StrCat(clients_file, " lists no client keys: the tcp endpoint would admit nobody"));
   }
@@ -517,6 +527,19 @@ absl::Status Main() {
   }
   broker_options.allow_nonfinite = absl::GetFlag(FLAGS_allow_nonfinite);
   broker_options.digest_key = digest_key;
+  broker_options.node_name = absl::GetFlag(FLAGS_node_name);
+  if (const std::string peers_file = absl::GetFlag(FLAGS_peers_file); !peers_file.empty()) {
+    RETURN_IF_ERROR(CheckNodeName(broker_options.node_name));
+    if (options.tcp_endpoint.empty()) {
+      return absl::InvalidArgumentError(
+          "--peers_file needs --tcp_endpoint: the other nodes' kvpoolds connect to it");
+    }
+    ASSIGN_OR_RETURN(broker_options.peers, ReadPeersFile(peers_file, broker_options.node_name));
+    spdlog::info("node {}: {} peers from {}", broker_options.node_name,
+                 broker_options.peers.size(), peers_file);
+  } else if (!broker_options.node_name.empty()) {
+    RETURN_IF_ERROR(CheckNodeName(broker_options.node_name));
+  }
   broker_options.limits.max_layers = static_cast<uint64_t>(spec.num_layers);
   broker_options.limits.max_blocks = static_cast<uint64_t>(pool_blocks);
   broker_options.limits.max_message_bytes =

@@ -22,7 +22,17 @@ std::string KeyPrefix(const std::string& raw) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Bind(
-    zmq::context_t& context, const std::vector<std::string>& allowed) {
+    zmq::context_t& context, const std::vector<std::string>& allowed,
+    const absl::flat_hash_map<std::string, std::string>& peers) {
+  absl::flat_hash_map<std::string, std::string> users;
+  for (const std::string& key : allowed) users.emplace(key, "");
+  for (const auto& [key, name] : peers) {
+    if (!users.emplace(key, absl::StrCat(kZapPeerUserPrefix, name)).second) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "the CURVE key of peer ", name, " is also a client's (", KeyPrefix(key),
+          "): one key, one role"));
+    }
+  }
   zmq::socket_t socket(context, zmq::socket_type::rep);
   socket.set(zmq::sockopt::linger, 0);
   try {
@@ -30,8 +40,7 @@ absl::StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Bind(
   } catch (const zmq::error_t& e) {
     return absl::InternalError(absl::StrCat("cannot bind the ZAP handler: ", e.what()));
   }
-  return std::unique_ptr<ZapHandler>(new ZapHandler(
-      std::move(socket), absl::flat_hash_set<std::string>(allowed.begin(), allowed.end())));
+  return std::unique_ptr<ZapHandler>(new ZapHandler(std::move(socket), std::move(users)));
 }
 
 void ZapHandler::AnswerOne() {
@@ -44,10 +53,12 @@ void ZapHandler::AnswerOne() {
     return i < request.size() ? request[i].to_string() : std::string();
   };
   const std::string address = frame(3), mechanism = frame(5), key = frame(6);
+  const auto user = users_.find(key);
   const bool admitted =
-      request.size() == 7 && frame(0) == "1.0" && mechanism == "CURVE" && allowed_.contains(key);
+      request.size() == 7 && frame(0) == "1.0" && mechanism == "CURVE" && user != users_.end();
   if (admitted) {
-    spdlog::info("tcp client {} admitted (CURVE key {})", address, KeyPrefix(key));
+    spdlog::info("tcp {} {} admitted (CURVE key {})",
+                 user->second.empty() ? "client" : user->second, address, KeyPrefix(key));
   } else {
     spdlog::warn("tcp client {} refused: {}", address,
                  mechanism != "CURVE" ? absl::StrCat("mechanism '", mechanism, "'")
@@ -59,7 +70,7 @@ void ZapHandler::AnswerOne() {
   reply.emplace_back(frame(1));
   reply.emplace_back(std::string(admitted ? "200" : "400"));
   reply.emplace_back(std::string(admitted ? "OK" : "not an allowed CURVE client"));
-  reply.emplace_back(std::string());
+  reply.emplace_back(admitted ? user->second : std::string());
   reply.emplace_back(std::string());
   zmq::send_multipart(socket_, reply);
 }

@@ -9,28 +9,33 @@
 #include <vector>
 #include <zmq.hpp>
 
-#include "absl/container/flat_hash_set.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 
 namespace kvp {
 
+inline constexpr char kZapPeerUserPrefix[] = "peer:";
+
 class ZapHandler {
  public:
-  // `allowed` holds raw 32-byte public keys (ReadCurveKeyListFile). Bind before any CURVE socket
-  // of `context` accepts connections.
-  static absl::StatusOr<std::unique_ptr<ZapHandler>> Bind(zmq::context_t& context,
-                                                          const std::vector<std::string>& allowed);
+  // `allowed` holds raw 32-byte public keys (ReadCurveKeyListFile) of clients; `peers` maps the
+  // raw keys of other nodes' kvpoolds to their node names, which become the connection's ZAP user
+  // id (the "User-Id" of its messages, kZapPeerUserPrefix and the name). Bind before any CURVE
+  // socket of `context` accepts connections. INVALID_ARGUMENT for a key listed as both.
+  static absl::StatusOr<std::unique_ptr<ZapHandler>> Bind(
+      zmq::context_t& context, const std::vector<std::string>& allowed,
+      const absl::flat_hash_map<std::string, std::string>& peers = {});
 
   zmq::socket_t& socket() { return socket_; }
   // Reads one waiting request and answers it: 200 for a listed CURVE key, 400 otherwise.
   void AnswerOne();
 
  private:
-  ZapHandler(zmq::socket_t socket, absl::flat_hash_set<std::string> allowed)
-      : socket_(std::move(socket)), allowed_(std::move(allowed)) {}
+  ZapHandler(zmq::socket_t socket, absl::flat_hash_map<std::string, std::string> users)
+      : socket_(std::move(socket)), users_(std::move(users)) {}
 
   zmq::socket_t socket_;
-  absl::flat_hash_set<std::string> allowed_;
+  absl::flat_hash_map<std::string, std::string> users_;  // raw key -> ZAP user id ("": client)
 };
 
 }  // namespace kvp

@@ -152,6 +152,10 @@ struct PrefillRequest {
   # the sequence moves with the last prefill, the one without `continued`, whose Import takes
   # what streamed. Every prefill of it names the same decodePool until then.
   continued @7 :Bool;
+  # With decodePool: the node whose pool it is (a name of kvpoold's --peers_file; empty or this
+  # kvpoold's own --node_name: here). The sequence moves to that kvpoold once written, and lives
+  # there; this kvpoold forwards its decodes and release (docs/design.md §11).
+  decodeNode @8 :Text $maxElements(.maxNameBytes);
 }
 
 struct PrefillReply {
@@ -160,6 +164,7 @@ struct PrefillReply {
   prefixHitTokens @2 :UInt32;
   pool @3 :UInt32;                # where the sequence lives now
   migration @4 :MigrationReport;  # set when a decodePool other than the prefill's was asked
+  node @5 :Text $maxElements(.maxNameBytes);  # the node it lives on; empty: this kvpoold's
 }
 
 # How a migration's bytes moved, chosen by kvpoold per transfer.
@@ -187,6 +192,7 @@ struct MigrationReport {
   # to the commit on toPool, when the sequence can be decoded there.
   streamedBlocks @8 :UInt32;
   afterPrefillMicros @9 :UInt64;
+  toNode @10 :Text $maxElements(.maxNameBytes);  # toPool's node; empty: this kvpoold's
 }
 
 # Moves a sequence to another pool (rebalancing, or decode elsewhere). Two-phase: the blocks are
@@ -196,6 +202,9 @@ struct MigrationReport {
 struct MigrateRequest {
   sequence @0 :UInt64;
   toPool @1 :UInt32;
+  # A peer kvpoold's node name (--peers_file): the sequence moves there, pool toPool of that
+  # node, and lives there from then on (docs/design.md §11). Empty: a pool of this kvpoold.
+  toNode @2 :Text $maxElements(.maxNameBytes);
 }
 struct MigrateReply {
   sequence @0 :UInt64;
@@ -263,6 +272,50 @@ struct StatsReply {
   rejectedNonFinite @9 :UInt64;      # requests refused for NaN or Inf in their tensors
   pools @10 :List(PoolState) $maxElements(.maxPools);  # the fields above are their sums
   recovery @11 :Recovery;  # what kvpoold's last start kept (docs/design.md §10)
+  peers @12 :List(PeerState) $maxElements(.maxPools);  # the other nodes' kvpoolds
+  # The asking client's sequences that live on another node (moved there), and where.
+  remoteSequences @13 :List(RemoteSequence) $maxElements(.maxDecodeSteps);
+}
+
+# A peer kvpoold (docs/design.md §11), as this one sees it.
+struct PeerState {
+  name @0 :Text $maxElements(.maxNameBytes);
+  endpoint @1 :Text $maxElements(.maxNameBytes);
+  reachable @2 :Bool;              # it answered within the last few heartbeats
+  lastHeardMillis @3 :UInt64;      # since its last message; 0: never
+  sequences @4 :UInt32;            # this kvpoold's sequences that live there
+}
+
+struct RemoteSequence {
+  sequence @0 :UInt64;
+  node @1 :Text $maxElements(.maxNameBytes);
+  pool @2 :UInt32;
+}
+
+# ---- Between kvpoolds (docs/design.md §11): peers only, over CURVE, both sides listed ----
+
+# Node A asks node B to take a sequence A holds: B reserves its blocks in toPool under A's lease
+# (A's heartbeats renew it) and hands a receiving worker the move. B answers first with the send
+# half of the move (an Envelope with this request's id and a MigrateJob body: the moves, A's
+# blocks onto B's, and the receiver's link), which A gives to a worker of the source pool; B
+# answers last with PeerImportReply once its receiver reported the bytes and B committed them, or
+# with an Error (nothing committed). A releases the sequence only after that reply.
+struct PeerImportRequest {
+  sequence @0 :UInt64;  # A's id, for logs
+  length @1 :UInt64;
+  tail @2 :List(Int32) $maxElements(.maxPrefillTokens);  # tokens of the partial last block
+  blocks @3 :List(Int32) $boundBy(blocks);  # the source blocks in A's pool, in table order
+  toPool @4 :UInt32;
+  transport @5 :Transport;  # socket (host pools) or nccl
+  spec @6 :PoolSpec;        # A's: B refuses a sequence of another layout
+  sourceChunkBytes @7 :UInt64;
+}
+
+struct PeerImportReply {
+  sequence @0 :UInt64;  # B's id for it, which A uses from now on
+  length @1 :UInt64;
+  bytes @2 :UInt64;     # what the receiver reported
+  pool @3 :UInt32;
 }
 
 # What kvpoold's start recovered from its state log; all zero without --state_dir or when it
@@ -530,5 +583,7 @@ struct Envelope {
     migrateReply @31 :MigrateReply;
     migrateJob @32 :MigrateJob;
     transferReady @33 :TransferReady;
+    peerImport @34 :PeerImportRequest;
+    peerImportReply @35 :PeerImportReply;
   }
 }

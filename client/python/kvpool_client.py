@@ -270,7 +270,7 @@ class KvpoolClient:
                 _set_tensor(tensor, dtype, shape, values)
 
     def prefill(self, sequence, tokens, pool=-1, decode_pool=-1, activations=None,
-                chunk_tokens=-1, continued=False):
+                chunk_tokens=-1, continued=False, decode_node=""):
         """pool: where it runs (-1: kvpoold places it); decode_pool: where it is decoded, moved
         there before the reply (-1: where it was prefilled). The reply's "pool" says where it lives,
         its "migration" how the move went. activations (see _set_activations): the tokens' own
@@ -278,19 +278,22 @@ class KvpoolClient:
         decode pool, the slice size whose blocks move while the next is written (-1: kvpoold's
         --prefill_chunk_tokens, 0: written whole and moved after). continued: with a decode pool,
         more prefills of this sequence follow (an engine's chunked prefill): its blocks stream
-        there as they fill, the reply comes once written, and the last prefill moves it."""
+        there as they fill, the reply comes once written, and the last prefill moves it.
+        decode_node: a peer kvpoold's node name (its --peers_file): decode_pool is that node's,
+        and the sequence lives there once moved; the reply's "node" says so."""
         envelope, body, request_id = self._new_request("prefill")
         body.sequence, body.tokens = sequence, list(tokens)
         body.cacheNamespace, body.pool, body.decodePool = self._cache_namespace, pool, decode_pool
-        body.chunkTokens, body.continued = chunk_tokens, continued
+        body.chunkTokens, body.continued, body.decodeNode = chunk_tokens, continued, decode_node
         if activations is not None:
             self._set_activations(body.init("activations"), activations, len(tokens))
         _, r = self._send_and_wait(envelope, request_id)
         return r
 
-    def migrate(self, sequence, to_pool):
-        """Moves an idle sequence to pool `to_pool`; the reply's "migration" says how."""
-        _, r = self._call("migrate", sequence=sequence, toPool=to_pool)
+    def migrate(self, sequence, to_pool, to_node=""):
+        """Moves an idle sequence to pool `to_pool` (of peer node `to_node`, if named); the
+        reply's "migration" says how."""
+        _, r = self._call("migrate", sequence=sequence, toPool=to_pool, toNode=to_node)
         return r
 
     def decode(self, steps, outputs="all"):
