@@ -284,6 +284,12 @@ absl::Status Broker::EndMigration(SeqId seq, const Migration& m, absl::Status re
                  micros);
     return status;
   }
+  if (!m.from_peer.empty()) {
+    spdlog::warn("sequence {}: receiving it from {} by {} failed: {}", seq, m.from_peer,
+                 transport, status.ToString());
+    return absl::AbortedError(absl::StrCat("receiving it into pool ", m.to, " failed (",
+                                           status.message(), "); nothing was committed"));
+  }
   spdlog::warn("sequence {}: the move from pool {} to pool {} by {} failed: {}", seq, m.from,
                m.to, transport, status.ToString());
   return absl::AbortedError(absl::StrCat("moving sequence ", seq, " from pool ", m.from,

@@ -1,11 +1,14 @@
 // Two nodes on one machine (docs/design.md §11): two kvpoolds of the host backend, each with its
 // own runtime directory and workers, peers of each other over CURVE on loopback. A sequence
 // prefilled on node a and decoded on node b decodes bit for bit as it does on a alone, and a peer
-// that node b does not list gets nowhere, with nothing lost on the node that asked.
+// that node b does not list gets nowhere, with nothing lost on the node that asked; nor is
+// anything lost or leaked when node b's kvpoold, its workers or node a's die mid-move.
+#include <signal.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <numeric>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "client/client.h"
@@ -40,7 +43,8 @@ class TwoNodeTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   // Starts node `i`, listing the nodes `peers` as its peers.
-  std::unique_ptr<ServiceProcesses> StartNode(size_t i, const std::vector<size_t>& peers) {
+  std::unique_ptr<ServiceProcesses> StartNode(size_t i, const std::vector<size_t>& peers,
+                                              std::vector<std::string> worker_flags = {}) {
     const NodeConfig& node = nodes_[i];
     const std::string secret = absl::StrCat(dir_, "/", node.name, ".key");
     const std::string peers_file = absl::StrCat(dir_, "/", node.name, ".peers");
@@ -52,6 +56,7 @@ class TwoNodeTest : public ::testing::Test {
     }
     EXPECT_TRUE(WriteCurveKeyFile(peers_file, text, 0600).ok());
     ServiceOptions options;
+    options.worker_flags = std::move(worker_flags);
     options.daemon_flags = {absl::StrCat("--node_name=", node.name),
                             absl::StrCat("--peers_file=", peers_file),
                             absl::StrCat("--tcp_endpoint=", node.endpoint),
@@ -210,6 +215,75 @@ TEST_F(TwoNodeTest, APeerTheOtherDoesNotListGetsNowhereAndKeepsItsSequence) {
   EXPECT_EQ(on_b->sequences, 0u);
   EXPECT_EQ(on_b->blocks_used + on_b->blocks_reserved, 0u);
 }
+
+// Who dies while a move from node a to node b is under way.
+enum class Victim { kPeerDaemon, kReceivingWorkers, kSendingWorkers };
+
+class TwoNodeKillTest : public TwoNodeTest, public ::testing::WithParamInterface<Victim> {};
+
+TEST_P(TwoNodeKillTest, NothingIsLeakedAndTheSequenceStaysWhereItWas) {
+  // a's senders are paced (1 MiB slices) so that the move of 3.3 MB takes about 0.8 s.
+  std::unique_ptr<ServiceProcesses> a = StartNode(0, {1}, {"--transfer_max_mib_per_s=4"});
+  std::unique_ptr<ServiceProcesses> b = StartNode(1, {0});
+  ASSERT_NE(a, nullptr);
+  ASSERT_NE(b, nullptr);
+  Client client_a(a->client_options("engine"));
+  WaitForPeer(client_a, "b");
+  std::vector<int32_t> prompt(1024);
+  std::iota(prompt.begin(), prompt.end(), 1);
+  ASSERT_TRUE(client_a.Prefill(9, prompt).ok());
+  absl::StatusOr<PoolStats> before = client_a.Stats();
+  ASSERT_TRUE(before.ok());
+
+  absl::Status moved;
+  std::thread mover([&] { moved = client_a.Migrate(9, 0, "b").status(); });
+  ::usleep(300'000);  // the receiver has opened its link and the bytes are flowing
+  const Victim victim = GetParam();
+  if (victim == Victim::kPeerDaemon) b->Stop(b->daemon(), SIGKILL);
+  if (victim == Victim::kReceivingWorkers) {
+    for (pid_t w : b->prefill_workers()) b->Stop(w, SIGKILL);
+    for (pid_t w : b->decode_workers()) b->Stop(w, SIGKILL);
+  }
+  if (victim == Victim::kSendingWorkers) {
+    for (pid_t w : a->prefill_workers()) a->Stop(w, SIGKILL);
+    for (pid_t w : a->decode_workers()) a->Stop(w, SIGKILL);
+  }
+  mover.join();
+  ASSERT_FALSE(moved.ok());
+  EXPECT_TRUE(absl::IsUnavailable(moved) || absl::IsAborted(moved) ||
+              absl::IsDeadlineExceeded(moved))
+      << moved;
+  EXPECT_THAT(moved.message(), HasSubstr("still lives in pool 0"));
+
+  // Still on a, whole, with nothing reserved; nothing held on b.
+  absl::StatusOr<PoolStats> after = client_a.Stats();
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->blocks_used, before->blocks_used);
+  EXPECT_EQ(after->blocks_reserved, 0u);
+  EXPECT_TRUE(after->remote_sequences.empty());
+  if (victim != Victim::kSendingWorkers) {
+    EXPECT_EQ(DecodeSteps(client_a, 9, 1).size(), 1u);
+  }
+  if (victim != Victim::kPeerDaemon) {
+    Client client_b(b->client_options("observer"));
+    absl::StatusOr<PoolStats> on_b = client_b.Stats();
+    ASSERT_TRUE(on_b.ok());
+    EXPECT_EQ(on_b->sequences, 0u);
+    EXPECT_EQ(on_b->blocks_used + on_b->blocks_reserved, 0u);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Victims, TwoNodeKillTest,
+                         ::testing::Values(Victim::kPeerDaemon, Victim::kReceivingWorkers,
+                                           Victim::kSendingWorkers),
+                         [](const ::testing::TestParamInfo<Victim>& param) {
+                           switch (param.param) {
+                             case Victim::kPeerDaemon: return "PeerDaemon";
+                             case Victim::kReceivingWorkers: return "ReceivingWorkers";
+                             case Victim::kSendingWorkers: return "SendingWorkers";
+                           }
+                           return "Unknown";
+                         });
 
 }  // namespace
 }  // namespace kvp::testing
