@@ -402,6 +402,8 @@ class Broker {
   absl::Status ForwardDecode(const std::string& from, uint64_t id, wire::DecodeRequest::Reader r,
                              Outbox& out);
   absl::Status ForwardRelease(const std::string& from, uint64_t id, SeqId seq, Outbox& out);
+  // Takes forwarded call `call_id` out (it counted as its client's request unless a release).
+  ForwardedCall EndForwarded(uint64_t call_id);
   // A forwarded request's answer, relayed to its client with this kvpoold's sequence ids.
   void RelayForwarded(uint64_t call, wire::Envelope::Reader answer, Outbox& out);
   // Heartbeats to every peer (they renew this kvpoold's lease there), and the deadlines of moves
@@ -410,6 +412,8 @@ class Broker {
   // A client gone: its sequences on peers are released there.
   void ReleaseRemote(LeaseId lease, Outbox& out);
   void SendToPeer(const std::string& node, EnvelopeBuilder message, Outbox& out);
+  // Releases peer `node`'s sequence `remote` there, answer unawaited (nobody here holds it).
+  void ReleaseOnPeer(const std::string& node, SeqId remote, Outbox& out);
   void FillPeerStats(wire::StatsReply::Builder stats, LeaseId lease) const;
   // A fresh id for a sequence a peer moves here: one no sequence here has.
   SeqId NewImportedSequenceId();
@@ -483,6 +487,8 @@ class Broker {
   void EndWorker(LeaseId lease, const std::string& why, Outbox& out);
   void EndClient(LeaseId lease, Outbox& out);
   void ReleaseLeaseHoldings(LeaseId lease);
+  // A running job of expired client `lease` ended: the lease's holdings go after its last one.
+  void EndDeferredJob(LeaseId lease);
 
   void Reply(Outbox& out, const std::string& to, EnvelopeBuilder message);
   void ReplyError(Outbox& out, const std::string& to, uint64_t id, const absl::Status& status);

@@ -211,6 +211,13 @@ void Broker::EndClient(LeaseId lease, Outbox& out) {
   }
 }
 
+void Broker::EndDeferredJob(LeaseId lease) {
+  if (--deferred_[lease] == 0) {
+    deferred_.erase(lease);
+    ReleaseLeaseHoldings(lease);
+  }
+}
+
 // ---- Jobs ----
 
 void Broker::Enqueue(Job job, Outbox& out) {
@@ -341,10 +348,7 @@ void Broker::FinishJob(JobId id, const absl::Status& result, const wire::JobDone
   const std::string kind = KindName(job.kind);
   if (job.migration.has_value()) NoteLinkEnd(*job.migration, job.worker, result);
   if (job.client_gone) {
-    if (--deferred_[job.client_lease] == 0) {
-      deferred_.erase(job.client_lease);
-      ReleaseLeaseHoldings(job.client_lease);
-    }
+    EndDeferredJob(job.client_lease);
     metrics_.ObserveJob(kind, "client_gone", 0);
     Dispatch(out);
     return;

@@ -65,6 +65,12 @@ void Broker::SendToPeer(const std::string& node, EnvelopeBuilder message, Outbox
   out.push_back({absl::StrCat(kLinkPrefix, node), message.Frame(), kind});
 }
 
+void Broker::ReleaseOnPeer(const std::string& node, SeqId remote, Outbox& out) {
+  EnvelopeBuilder release(next_job_++);  // its answer matches no call: it is dropped
+  release.envelope().getBody().initRelease().setSequence(remote);
+  SendToPeer(node, std::move(release), out);
+}
+
 SeqId Broker::NewImportedSequenceId() {
   if (next_imported_ < kFirstImportedSequence) next_imported_ = kFirstImportedSequence;
   while (pools_->Home(next_imported_).has_value()) ++next_imported_;
@@ -158,9 +164,7 @@ absl::Status Broker::HandlePeerMessage(const std::string& node, wire::Envelope::
       const SeqId orphan = body.getPeerImportReply().getSequence();
       spdlog::warn("node {} committed sequence {} for a move that ended here; releasing it there",
                    node, orphan);
-      EnvelopeBuilder release(next_job_++);
-      release.envelope().getBody().initRelease().setSequence(orphan);
-      SendToPeer(node, std::move(release), out);
+      ReleaseOnPeer(node, orphan, out);
     }
     return absl::OkStatus();
   }
@@ -286,10 +290,7 @@ void Broker::FinishRemoteMove(JobId id, absl::Status result,
                                             m.from));
   }
   if (job.client_gone) {
-    if (--deferred_[job.client_lease] == 0) {
-      deferred_.erase(job.client_lease);
-      ReleaseLeaseHoldings(job.client_lease);
-    }
+    EndDeferredJob(job.client_lease);
     if (result.ok()) ReleaseRemote(job.client_lease, out);
     return;
   }
@@ -457,14 +458,19 @@ absl::Status Broker::ForwardRelease(const std::string& from, uint64_t id, SeqId 
   return absl::OkStatus();
 }
 
-void Broker::RelayForwarded(uint64_t call_id, wire::Envelope::Reader answer, Outbox& out) {
+Broker::ForwardedCall Broker::EndForwarded(uint64_t call_id) {
   auto node = forwarded_.extract(call_id);
-  ForwardedCall& call = node.mapped();
-  const auto body = answer.getBody();
-  using W = wire::Envelope::Body;
-  if (!call.released.has_value()) {
+  ForwardedCall call = std::move(node.mapped());
+  if (!call.released.has_value()) {  // a decode: a request of its client's
     if (auto u = usage_.find(call.lease); u != usage_.end()) --u->second.requests;
   }
+  return call;
+}
+
+void Broker::RelayForwarded(uint64_t call_id, wire::Envelope::Reader answer, Outbox& out) {
+  const ForwardedCall call = EndForwarded(call_id);
+  const auto body = answer.getBody();
+  using W = wire::Envelope::Body;
   // A release the peer did, or one of a sequence it no longer has, ends the sequence here too.
   if (call.released.has_value() &&
       (body.which() == W::RELEASE_REPLY ||
@@ -528,11 +534,7 @@ void Broker::TickPeers(Outbox& out) {
     if (now >= call.deadline_micros) unanswered.push_back(id);
   }
   for (uint64_t id : unanswered) {
-    auto node = forwarded_.extract(id);
-    const ForwardedCall& call = node.mapped();
-    if (!call.released.has_value()) {
-      if (auto u = usage_.find(call.lease); u != usage_.end()) --u->second.requests;
-    }
+    const ForwardedCall call = EndForwarded(id);
     if (client_identities_.contains(call.lease)) {
       ReplyError(out, call.client, call.request_id,
                  absl::UnavailableError(absl::StrCat("node ", call.node, " did not answer")));
@@ -546,9 +548,7 @@ void Broker::ReleaseRemote(LeaseId lease, Outbox& out) {
       ++it;
       continue;
     }
-    EnvelopeBuilder release(next_job_++);
-    release.envelope().getBody().initRelease().setSequence(it->second.remote);
-    SendToPeer(it->second.node, std::move(release), out);
+    ReleaseOnPeer(it->second.node, it->second.remote, out);
     remote_.erase(it++);
   }
 }
