@@ -80,6 +80,14 @@ class TwoNodeTest : public ::testing::Test {
     FAIL() << "peer " << peer << " never became reachable";
   }
 
+  // A node's kvpoold holds no sequence and no block, used or reserved.
+  static void ExpectHoldsNothing(Client& client) {
+    absl::StatusOr<PoolStats> stats = client.Stats();
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    EXPECT_EQ(stats->sequences, 0u);
+    EXPECT_EQ(stats->blocks_used + stats->blocks_reserved, 0u);
+  }
+
   static std::vector<DecodeStepResult> DecodeSteps(Client& client, uint64_t seq, int steps) {
     std::vector<DecodeStepResult> results;
     for (int i = 0; i < steps; ++i) {
@@ -155,10 +163,7 @@ TEST_F(TwoNodeTest, PrefilledOnOneNodeDecodesOnTheOtherBitForBit) {
   absl::StatusOr<uint32_t> released = client_a.Release(2);
   ASSERT_TRUE(released.ok()) << released.status();
   EXPECT_EQ(*released, 3u);  // 153 tokens in blocks of 64
-  stats_b = client_b.Stats();
-  ASSERT_TRUE(stats_b.ok());
-  EXPECT_EQ(stats_b->sequences, 0u);
-  EXPECT_EQ(stats_b->blocks_used + stats_b->blocks_reserved, 0u);
+  ExpectHoldsNothing(client_b);
   stats_a = client_a.Stats();
   ASSERT_TRUE(stats_a.ok());
   EXPECT_TRUE(stats_a->remote_sequences.empty());
@@ -210,10 +215,7 @@ TEST_F(TwoNodeTest, APeerTheOtherDoesNotListGetsNowhereAndKeepsItsSequence) {
   EXPECT_TRUE(stats->remote_sequences.empty());
   EXPECT_EQ(DecodeSteps(client_c, 3, 1).size(), 1u);  // still here, still readable
   Client client_b(b->client_options("observer"));
-  absl::StatusOr<PoolStats> on_b = client_b.Stats();
-  ASSERT_TRUE(on_b.ok());
-  EXPECT_EQ(on_b->sequences, 0u);
-  EXPECT_EQ(on_b->blocks_used + on_b->blocks_reserved, 0u);
+  ExpectHoldsNothing(client_b);
 }
 
 // Who dies while a move from node a to node b is under way.
@@ -266,10 +268,7 @@ TEST_P(TwoNodeKillTest, NothingIsLeakedAndTheSequenceStaysWhereItWas) {
   }
   if (victim != Victim::kPeerDaemon) {
     Client client_b(b->client_options("observer"));
-    absl::StatusOr<PoolStats> on_b = client_b.Stats();
-    ASSERT_TRUE(on_b.ok());
-    EXPECT_EQ(on_b->sequences, 0u);
-    EXPECT_EQ(on_b->blocks_used + on_b->blocks_reserved, 0u);
+    ExpectHoldsNothing(client_b);
   }
 }
 
