@@ -1,7 +1,10 @@
-// Sparse MLA decode on the tensor cores (kernels/mla/mla_params.h).
+// Sparse MLA decode on the tensor cores (kernels/mla/mla_params.h): the plan of the split, the
+// merge of the splits, and the mma.sync kernel for heads that are not a multiple of 64 (16 and 32,
+// what tensor parallelism over 8 or 4 GPUs leaves a GPU); multiples of 64 go to the warpgroup
+// kernel of sparse_mla_decode_wgmma.cu.
 //
-// A CTA takes one query row (sequence, query token), up to 64 of its heads (four tiles of 16) and
-// a run of 64-token tiles of its top-k. Per tile:
+// A CTA of this kernel takes one query row (sequence, query token), up to 64 of its heads (four
+// tiles of 16) and a run of 64-token tiles of its top-k. Per tile:
 //   1. the tokens' 656-byte entries arrive by cp.async (gathered by slot; -1 slots fill zeros)
 //      while the tiles before are computed (one to three tiles ahead: fewer heads leave shared
 //      memory for more), and are dequantized once into shared memory as bf16 [64 tokens, 576]
@@ -16,8 +19,6 @@
 // (ChooseSplits) that write normalized partial outputs and log-sum-exps, merged by a second
 // kernel. K and P are rounded to bf16 before the mma, as FlashMLA does; sums are float.
 #include <cuda_bf16.h>
-#include <cuda_fp16.h>
-#include <cuda_fp8.h>
 
 #include <cmath>
 #include <cstdint>
@@ -25,7 +26,9 @@
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/mma.cuh"
 #include "kernels/common/work_split.h"
+#include "kernels/mla/mla_dequant.cuh"
 #include "kernels/mla/mla_launch.h"
+#include "kernels/mla/sparse_mla_decode_wgmma.h"
 #include "kvpool/format/mla_latent.h"
 
 namespace kvp {
@@ -47,7 +50,6 @@ constexpr int kDimTiles = kDimsPerWarp / 8;
 constexpr int kRowElems = kMlaInputDim + 8;  // 584
 constexpr int kPRowElems = kTileTokens + 8;  // 72
 constexpr int kRowChunks = kMlaInputDim / 8;  // 16-byte chunks of a bf16 row: 72
-constexpr int kLatentChunks = kMlaLatentDim / 8;  // 64
 constexpr int kTokenChunks = kMlaTokenBytes / 16;  // 41 cp.async of a cache entry
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
@@ -74,19 +76,6 @@ __device__ __forceinline__ void MmaBf16(float* c, const uint32_t* a, uint32_t b0
       "{%8,%9}, {%0,%1,%2,%3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
-  const __nv_bfloat162 b = __floats2bfloat162_rn(lo, hi);
-  return *reinterpret_cast<const uint32_t*>(&b);
-}
-
-// Two E4M3 codes times their tile's scale, as a bf16 pair (the code is exact in f16 and float).
-__device__ __forceinline__ uint32_t DequantizePair(uint32_t two_codes, float scale) {
-  const __half2_raw h =
-      __nv_cvt_fp8x2_to_halfraw2(static_cast<__nv_fp8x2_storage_t>(two_codes), __NV_E4M3);
-  const float2 f = __half22float2(*reinterpret_cast<const __half2*>(&h));
-  return PackBf16(f.x * scale, f.y * scale);
 }
 
 template <int kTiles, int kStages>
@@ -154,17 +143,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     __syncthreads();  // the tile's entries are here; the last tile's k and p are consumed
     for (int i = tid; i < kTileTokens * kRowChunks; i += kThreads) {
       const int j = i / kRowChunks, c = i % kRowChunks;
-      const uint8_t* raw = s.raw[stage][j];
-      uint4 v;
-      if (c < kLatentChunks) {
-        const uint2 codes = *reinterpret_cast<const uint2*>(raw + c * 8);
-        const float scale = *reinterpret_cast<const float*>(raw + kMlaScalesOffset + 4 * (c / 16));
-        v = make_uint4(DequantizePair(codes.x, scale), DequantizePair(codes.x >> 16, scale),
-                       DequantizePair(codes.y, scale), DequantizePair(codes.y >> 16, scale));
-      } else {
-        v = *reinterpret_cast<const uint4*>(raw + kMlaRopeOffset + (c - kLatentChunks) * 16);
-      }
-      *reinterpret_cast<uint4*>(&s.k[j][c * 8]) = v;
+      *reinterpret_cast<uint4*>(&s.k[j][c * 8]) = mla::TokenChunkBf16(s.raw[stage][j], c);
     }
     if (tile + kStages < end_tile) locate_tile(tile + kStages);
     __syncthreads();  // k is complete, the stage's raw entries free, the tile after located
@@ -249,7 +228,7 @@ __global__ void __launch_bounds__(kThreads, 1)
         for (int n = 0; n < 2; ++n) {
           const float e0 = exp2f(sc[n][2 * r] - m_use), e1 = exp2f(sc[n][2 * r + 1] - m_use);
           sum += e0 + e1;
-          *reinterpret_cast<uint32_t*>(&s.p[h][16 * group + 8 * n + 2 * t]) = PackBf16(e0, e1);
+          *reinterpret_cast<uint32_t*>(&s.p[h][16 * group + 8 * n + 2 * t]) = mla::PackBf16(e0, e1);
         }
         sum += __shfl_xor_sync(~0u, sum, 1);
         sum += __shfl_xor_sync(~0u, sum, 2);
@@ -332,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
         for (int n = 0; n < kDimTiles; ++n) {
           *reinterpret_cast<uint32_t*>(out + 8 * n) =
-              PackBf16(o[ht][n][2 * r] * inv, o[ht][n][2 * r + 1] * inv);
+              mla::PackBf16(o[ht][n][2 * r] * inv, o[ht][n][2 * r + 1] * inv);
         }
         if (warp == 0 && t == 0) p.lse[at] = lse;
       } else {
@@ -378,7 +357,7 @@ __global__ void __launch_bounds__(128)
     acc.z += weight[i] * x.z;
     acc.w += weight[i] * x.w;
   }
-  uint2 packed = make_uint2(PackBf16(acc.x, acc.y), PackBf16(acc.z, acc.w));
+  uint2 packed = make_uint2(mla::PackBf16(acc.x, acc.y), mla::PackBf16(acc.z, acc.w));
   *reinterpret_cast<uint2*>(p.out + at * kMlaLatentDim + d) = packed;
   if (threadIdx.x == 0) p.lse[at] = total_lse;
 }
@@ -450,7 +429,10 @@ LaunchStatus SparseMlaDecodeLaunch(const SparseMlaDecodeParams& p, void* workspa
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(plan.head_ctas),
                   static_cast<unsigned>(plan.splits));
   const cudaError_t launched =
-      plan.head_tiles == 1   ? LaunchDecode<1, 3>(grid, p, plan, part_out, part_lse, stream)
+      p.heads % kWgmmaMlaHeads == 0
+          ? LaunchSparseMlaDecodeWgmma(p, plan.splits, plan.tiles_per_split, part_out, part_lse,
+                                       stream)
+      : plan.head_tiles == 1   ? LaunchDecode<1, 3>(grid, p, plan, part_out, part_lse, stream)
       : plan.head_tiles == 2 ? LaunchDecode<2, 2>(grid, p, plan, part_out, part_lse, stream)
                              : LaunchDecode<kMaxHeadTiles, 1>(grid, p, plan, part_out, part_lse,
                                                               stream);
