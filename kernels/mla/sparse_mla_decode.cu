@@ -34,7 +34,7 @@
 namespace kvp {
 namespace {
 
-constexpr int kTileTokens = 64;
+constexpr int kTileTokens = kSparseMlaTileTokens;
 constexpr int kThreads = 512;  // 16 warps: four a scheduler to hide the mma and ldmatrix latencies
 constexpr int kWarps = kThreads / 32;
 constexpr int kHeadTile = 16;

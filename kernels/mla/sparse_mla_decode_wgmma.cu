@@ -27,7 +27,7 @@
 namespace kvp {
 namespace {
 
-constexpr int kTileTokens = 64;
+constexpr int kTileTokens = kSparseMlaTileTokens;
 constexpr int kHeads = kWgmmaMlaHeads;  // a CTA's: the M of every wgmma
 constexpr int kWarpgroups = 2;
 constexpr int kThreads = 128 * kWarpgroups;

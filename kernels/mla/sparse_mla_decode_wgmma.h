@@ -9,6 +9,9 @@
 namespace kvp {
 
 inline constexpr int kWgmmaMlaHeads = 64;  // a CTA's heads
+// The top-k is taken in tiles of this many tokens by both decode kernels and by the plan of the
+// split, whose tiles_per_split counts them.
+inline constexpr int kSparseMlaTileTokens = 64;
 
 // REQUIRES: p.heads a multiple of kWgmmaMlaHeads. Split `split` of `splits` takes 64-token tiles
 // [split · tiles_per_split, +tiles_per_split) of every row; with splits > 1 it writes normalized
