@@ -141,9 +141,11 @@ __global__ void __launch_bounds__(kThreads, 1)
     const int stage = (tile - first_tile) % kStages;
     cp_async::Wait<kStages - 1>();
     __syncthreads();  // the tile's entries are here; the last tile's k and p are consumed
-    for (int i = tid; i < kTileTokens * kRowChunks; i += kThreads) {
-      const int j = i / kRowChunks, c = i % kRowChunks;
-      *reinterpret_cast<uint4*>(&s.k[j][c * 8]) = mla::TokenChunkBf16(s.raw[stage][j], c);
+    {
+      const int j = tid % kTileTokens;
+      mla::DequantizeTokenPart<kThreads / kTileTokens>(
+          s.raw[stage][j], tid / kTileTokens,
+          [&](int c) { return reinterpret_cast<uint4*>(&s.k[j][c * 8]); });
     }
     if (tile + kStages < end_tile) locate_tile(tile + kStages);
     __syncthreads();  // k is complete, the stage's raw entries free, the tile after located
@@ -303,8 +305,9 @@ __global__ void __launch_bounds__(kThreads, 1)
     for (int r = 0; r < 2; ++r) {
       const int h = ht * kHeadTile + g + 8 * r;
       const float l = s.l[h];
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      const float lse = l > 0.0f ? (s.m[h] + log2f(l)) * kLn2 : -INFINITY;
+      // l is 0 for a head with nothing valid; NaN (kept) when a chosen token holds NaN.
+      const float inv = l == 0.0f ? 0.0f : 1.0f / l;
+      const float lse = l == 0.0f ? -INFINITY : (s.m[h] + log2f(l)) * kLn2;
       const int64_t at = int64_t{row} * p.heads + head0 + h;
       if (part_out == nullptr) {
         Bf16* out = p.out + at * kMlaLatentDim + kDimsPerWarp * warp + 2 * t;
@@ -342,8 +345,9 @@ __global__ void __launch_bounds__(128)
       weight[i] = top == -INFINITY ? 0.0f : expf(part_lse[at * splits + i] - top);
       sum += weight[i];
     }
-    for (int i = 0; i < splits; ++i) weight[i] = sum > 0.0f ? weight[i] / sum : 0.0f;
-    total_lse = sum > 0.0f ? top + logf(sum) : -INFINITY;
+    // sum is 0 when no split saw a valid slot, NaN (kept) when one's lse is NaN.
+    for (int i = 0; i < splits; ++i) weight[i] = sum == 0.0f ? 0.0f : weight[i] / sum;
+    total_lse = sum == 0.0f ? -INFINITY : top + logf(sum);
   }
   __syncthreads();
   const int d = 4 * threadIdx.x;

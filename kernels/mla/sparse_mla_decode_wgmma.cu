@@ -131,10 +131,11 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int tile = first_tile; tile < end_tile; ++tile) {
     cp_async::Wait<0>();
     __syncthreads();  // the tile's entries are here; both warpgroups are done with k and p
-    for (int i = tid; i < kTileTokens * kRowChunks; i += kThreads) {
-      const int j = i / kRowChunks, c = i % kRowChunks;
-      *reinterpret_cast<uint4*>(s.k.bytes[0] + ChunkOffset(j, c)) =
-          mla::TokenChunkBf16(s.raw[j], c);
+    {
+      const int j = tid % kTileTokens;
+      mla::DequantizeTokenPart<kThreads / kTileTokens>(s.raw[j], tid / kTileTokens, [&](int c) {
+        return reinterpret_cast<uint4*>(s.k.bytes[0] + ChunkOffset(j, c));
+      });
     }
     wgmma::FenceSharedWrites();
     if (tile + 1 < end_tile) locate_tile(tile + 1);
@@ -228,8 +229,9 @@ __global__ void __launch_bounds__(kThreads, 1)
   for (int r = 0; r < 2; ++r) {
     const int h = h0 + 8 * r;
     const float sum = s.part_sum[0][h] + s.part_sum[1][h];
-    const float inv = sum > 0.0f ? 1.0f / sum : 0.0f;
-    const float lse = sum > 0.0f ? (m[r] + log2f(sum)) * kLn2 : -INFINITY;
+    // sum is 0 for a head with nothing valid; NaN (kept) when a chosen token holds NaN.
+    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
+    const float lse = sum == 0.0f ? -INFINITY : (m[r] + log2f(sum)) * kLn2;
     const int64_t at = int64_t{row} * p.heads + head0 + h;
     // o[4j + 2r + e]: dim 256 group + 8j + 2t + e.
     if (part_out == nullptr) {

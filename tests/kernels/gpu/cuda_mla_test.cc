@@ -147,6 +147,121 @@ TEST_F(CudaMlaTest, TopkPositionsBecomeTheirSlots) {
   EXPECT_EQ(Down<int32_t>(d_slots, want.size()), want);
 }
 
+// The outputs and log-sum-exps of decoding `rows` query rows (s_q 1) of `heads` heads: q
+// [rows, heads, 576], row r's top-k slots[r · topk, (r + 1) · topk) (-1 unused), on the GPU or by
+// the reference.
+enum class Decoder { kReference, kGpu };
+struct MlaDecodeRun {
+  std::vector<Bf16> out;
+  std::vector<float> lse;
+};
+MlaDecodeRun Decode(Decoder decoder, const MlaArena& arena, const DeviceBuffer& d_arena,
+                    const std::vector<Bf16>& q, const std::vector<int32_t>& slots, int rows,
+                    int heads) {
+  const int topk = static_cast<int>(slots.size()) / rows;
+  MlaDecodeRun run{std::vector<Bf16>(size_t(rows) * heads * 512), std::vector<float>(rows * heads)};
+  SparseMlaDecodeParams p{.cache = arena.cache, .q = q.data(), .slots = slots.data(),
+                          .batch = rows, .s_q = 1, .heads = heads, .topk = topk,
+                          .softmax_scale = kDeepSeekV32SoftmaxScale,
+                          .out = run.out.data(), .lse = run.lse.data()};
+  if (decoder == Decoder::kReference) {
+    EXPECT_TRUE(SparseMlaDecodeRef(p).ok());
+    return run;
+  }
+  DeviceBuffer d_q = Up(q), d_slots = Up(slots);
+  DeviceBuffer d_out = Up(run.out), d_lse = Up(run.lse);
+  p.cache = arena.On(d_arena);
+  p.q = d_q.get<Bf16>();
+  p.slots = d_slots.get<int32_t>();
+  p.out = d_out.get<Bf16>();
+  p.lse = d_lse.get<float>();
+  CudaWorkspace workspace;
+  EXPECT_TRUE(SparseMlaDecodeCuda(p, workspace, nullptr).ok());
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  run.out = Down<Bf16>(d_out, run.out.size());
+  run.lse = Down<float>(d_lse, run.lse.size());
+  return run;
+}
+
+// A row whose top-k holds one token outputs that token's latent as the tensor cores saw it: the
+// dequantization of every E4M3 code (NaN aside) under scales that are powers of two (exact) or not
+// (one bf16 step at most from the rounded product), in both kernels.
+TEST_F(CudaMlaTest, SparseDecodeOfOneTokenGivesEveryCodesValue) {
+  MlaArena arena(4, 16);
+  const float scales[] = {1.0f, 0x1p-10f, 0.7f, 3.0e5f, 1e-30f, 0x1p40f};
+  const int tokens = 12;
+  for (int t = 0; t < tokens; ++t) {
+    uint8_t* entry = arena.cache.LatentOfSlot(t);
+    for (int i = 0; i < 512; ++i) {
+      const uint8_t code = static_cast<uint8_t>(i + 37 * t);
+      entry[i] = (code & 0x7F) == kE4m3NanCode ? 0 : code;
+    }
+    for (int tile = 0; tile < 4; ++tile) {
+      std::memcpy(entry + kMlaScalesOffset + 4 * tile, &scales[(4 * t + tile) % 6], 4);
+    }
+    const std::vector<Bf16> rope = RandomBf16(rng_, 64, 1.0f);
+    std::memcpy(entry + kMlaRopeOffset, rope.data(), 128);
+  }
+  DeviceBuffer d_arena = Up(arena.host);
+  for (int heads : {16, 64}) {
+    std::vector<int32_t> slots(tokens * 2, -1);
+    for (int t = 0; t < tokens; ++t) slots[2 * t + 1] = t;
+    const std::vector<Bf16> q = RandomBf16(rng_, size_t(tokens) * heads * 576, 0.01f);
+    const MlaDecodeRun run = Decode(Decoder::kGpu, arena, d_arena, q, slots, tokens, heads);
+    for (int t = 0; t < tokens; ++t) {
+      const uint8_t* entry = arena.cache.LatentOfSlot(t);
+      for (int i = 0; i < 512; ++i) {
+        float scale;
+        std::memcpy(&scale, entry + kMlaScalesOffset + 4 * (i / 128), 4);
+        const Bf16 want = Bf16FromFloat(MulRn(E4m3ToFloat(entry[i]), scale));
+        const bool exact = scale == 1.0f || scale == 0x1p-10f || scale == 0x1p40f;
+        for (int h = 0; h < heads; h += heads - 1) {
+          const Bf16 got = run.out[(size_t(t) * heads + h) * 512 + i];
+          SCOPED_TRACE(::testing::Message() << heads << " heads, code " << int(entry[i])
+                                            << ", scale " << scale << ", head " << h);
+          if (Bf16ToFloat(want) == 0.0f) {  // code 0x80 too: the weighted sum's zero is +0
+            ASSERT_EQ(Bf16ToFloat(got), 0.0f);
+          } else if (exact || want.bits == got.bits) {
+            ASSERT_EQ(got.bits, want.bits);
+          } else {
+            ASSERT_EQ(got.bits >> 15, want.bits >> 15) << "the sign";
+            ASSERT_EQ(std::abs(int(got.bits) - int(want.bits)), 1) << "one bf16 step";
+          }
+        }
+      }
+    }
+  }
+}
+
+// A NaN code in a chosen token makes its rows NaN, as in the reference (E4M3 NaN is kept).
+TEST_F(CudaMlaTest, SparseDecodeKeepsANanCodeOfAChosenToken) {
+  MlaArena arena(4, 16);
+  const std::vector<int64_t> written = {3, 17, 40};
+  std::vector<Bf16> latent = RandomBf16(rng_, written.size() * 512, 1.0f);
+  const std::vector<Bf16> rope = RandomBf16(rng_, written.size() * 64, 1.0f);
+  latent[512 + 300] = Bf16FromFloat(kNan);  // token 17, tile 2
+  MlaCacheWriteParams w{.cache = arena.cache, .latent = latent.data(), .rope = rope.data(),
+                        .slots = written.data(), .num_tokens = 3};
+  ASSERT_TRUE(MlaCacheWriteRef(w).ok());
+  ASSERT_EQ(arena.cache.LatentOfSlot(17)[300], kE4m3NanCode);
+  DeviceBuffer d_arena = Up(arena.host);
+  for (int heads : {16, 64}) {
+    const std::vector<int32_t> slots = {3, 40, -1, 17, 3, 40};  // row 1 chooses the NaN token
+    const std::vector<Bf16> q = RandomBf16(rng_, size_t(2) * heads * 576, 0.1f);
+    const MlaDecodeRun ref = Decode(Decoder::kReference, arena, d_arena, q, slots, 2, heads);
+    const MlaDecodeRun gpu = Decode(Decoder::kGpu, arena, d_arena, q, slots, 2, heads);
+    for (int h = 0; h < 2 * heads; ++h) {
+      const bool nan_row = h >= heads;
+      SCOPED_TRACE(::testing::Message() << heads << " heads, output row " << h);
+      ASSERT_EQ(std::isnan(ref.lse[h]), nan_row) << "the reference";
+      ASSERT_EQ(std::isnan(gpu.lse[h]), nan_row);
+      for (int i = 0; i < 512; ++i) {
+        ASSERT_EQ(std::isnan(Bf16ToFloat(gpu.out[size_t(h) * 512 + i])), nan_row) << "dim " << i;
+      }
+    }
+  }
+}
+
 TEST_F(CudaMlaTest, SparseDecodeMatchesTheReference) {
   MlaArena arena(40, 48);  // 1,920 slots; the unused ones stay NaN bytes
   const size_t filled = 1200;
