@@ -22,6 +22,7 @@
 #include "kernels/attention/attention_params.h"
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/dependent_launch.cuh"
+#include "kernels/common/log2_domain.h"
 #include "kernels/common/mma.cuh"
 #include "kernels/common/work_split.h"
 #include "kvpool/format/turbo_codebook.h"
@@ -32,7 +33,6 @@ inline constexpr int kWarps = 4;
 inline constexpr int kTile = 16;               // positions one warp takes at a time
 inline constexpr int kChunk = kWarps * kTile;  // position-heads a chunk, by default
 inline constexpr int kStages = 3;              // chunks staged at once, by default
-inline constexpr float kLog2e = 1.4426950408889634f;
 // Shared memory of an sm_90 SM, and what the hardware reserves of it for each resident CTA.
 inline constexpr int kSmSharedBytes = 228 * 1024;
 inline constexpr int kCtaReservedSharedBytes = 1024;

@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "kernels/common/cp_async.cuh"
+#include "kernels/common/log2_domain.h"
 #include "kernels/common/mma.cuh"
 #include "kernels/common/work_split.h"
 #include "kernels/mla/mla_dequant.cuh"
@@ -51,8 +52,6 @@ constexpr int kRowElems = kMlaInputDim + 8;  // 584
 constexpr int kPRowElems = kTileTokens + 8;  // 72
 constexpr int kRowChunks = kMlaInputDim / 8;  // 16-byte chunks of a bf16 row: 72
 constexpr int kTokenChunks = kMlaTokenBytes / 16;  // 41 cp.async of a cache entry
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 constexpr int kMaxSplits = 64;
 
 // kTiles head tiles a CTA; kStages tiles' entries in flight (what shared memory leaves room for:

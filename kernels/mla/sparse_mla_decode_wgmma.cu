@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "kernels/common/cp_async.cuh"
+#include "kernels/common/log2_domain.h"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/mla/mla_dequant.cuh"
 #include "kernels/mla/sparse_mla_decode_wgmma.h"
@@ -38,8 +39,6 @@ constexpr int kColumns = kMlaInputDim * 2 / kRowBytes;      // 9 column blocks o
 constexpr int kColumnBytes = kTileTokens * kRowBytes;       // one block of a 64-row tile
 constexpr int kRowChunks = kMlaInputDim / 8;                // 16-byte chunks of a bf16 row
 constexpr int kTokenChunks = kMlaTokenBytes / 16;           // cp.async of a cache entry
-constexpr float kLog2e = 1.4426950408889634f;
-constexpr float kLn2 = 0.6931471805599453f;
 static_assert(kHeads == kTileTokens, "q and k tiles share one shape of column blocks");
 static_assert(kMlaInputDim * 2 % kRowBytes == 0 && kDimsPerGroup % 64 == 0);
 
