@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "kernels/cache_write/index_key_write.cuh"
+#include "kernels/common/dependent_launch.cuh"
 #include "kernels/mla/mla_launch.h"
 #include "kvpool/format/mla_latent.h"
 
@@ -132,6 +133,8 @@ __global__ void __launch_bounds__(kWriteWarps* kWarp)
 // ---- Top-k positions to slots ----
 
 __global__ void SlotsOfPositionsKernel(SlotsOfPositionsParams p) {
+  LetDependentsLaunch();
+  WaitForPredecessor();  // the positions (the top-k), and the slots the kernel before may read
   const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
   if (i >= int64_t{p.rows} * p.k) return;
   const int32_t pos = p.positions[i];
@@ -162,9 +165,10 @@ LaunchStatus SlotsOfPositionsLaunch(const SlotsOfPositionsParams& p, cudaStream_
   const int64_t n = int64_t{p.rows} * p.k;
   if (n <= 0) return {};
   constexpr int kThreads = 256;
-  SlotsOfPositionsKernel<<<static_cast<unsigned>((n + kThreads - 1) / kThreads), kThreads, 0,
-                           stream>>>(p);
-  return LastLaunchError();
+  return LaunchStatus{LaunchDependent(SlotsOfPositionsKernel,
+                                      dim3(static_cast<unsigned>((n + kThreads - 1) / kThreads)),
+                                      dim3(kThreads), 0, stream, false, p),
+                      nullptr};
 }
 
 }  // namespace kvp

@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "kernels/common/cp_async.cuh"
+#include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/log2_domain.h"
 #include "kernels/common/mma.cuh"
 #include "kernels/common/work_split.h"
@@ -81,6 +82,8 @@ template <int kTiles, int kStages>
 __global__ void __launch_bounds__(kThreads, 1)
     SparseMlaDecodeTcKernel(SparseMlaDecodeParams p, int tiles_per_split, float* part_out,
                             float* part_lse) {
+  LetDependentsLaunch();
+  WaitForPredecessor();  // the slots (the top-k), and the workspace the kernel before may read
   extern __shared__ __align__(16) uint8_t shared_bytes[];
   using SharedMemory = Shared<kTiles, kStages>;
   SharedMemory& s = *reinterpret_cast<SharedMemory*>(shared_bytes);
@@ -330,35 +333,54 @@ __global__ void __launch_bounds__(kThreads, 1)
 }
 
 // Merges the splits of one (row, head): out = Σ exp(lse_s - lse) · out_s, lse = ln Σ exp(lse_s).
+// Warp 0 reads the splits' lse at once, two a lane, and reduces them by shuffles.
 __global__ void __launch_bounds__(128)
     CombineSplitsKernel(SparseMlaDecodeParams p, int splits, const float* part_out,
                         const float* part_lse) {
+  LetDependentsLaunch();
+  WaitForPredecessor();  // the partial results
+  static_assert(kMaxSplits == 64, "two splits a lane of one warp");
   const int64_t at = blockIdx.x;  // row · heads + head
   __shared__ float weight[kMaxSplits];
   __shared__ float total_lse;
-  if (threadIdx.x == 0) {
-    float top = -INFINITY;
-    for (int i = 0; i < splits; ++i) top = fmaxf(top, part_lse[at * splits + i]);
-    float sum = 0.0f;
-    for (int i = 0; i < splits; ++i) {
-      weight[i] = top == -INFINITY ? 0.0f : expf(part_lse[at * splits + i] - top);
-      sum += weight[i];
-    }
+  if (threadIdx.x < 32) {
+    const int lane = threadIdx.x;
+    const float* lse = part_lse + at * splits;
+    const float a = lane < splits ? lse[lane] : -INFINITY;
+    const float b = lane + 32 < splits ? lse[lane + 32] : -INFINITY;
+    float top = fmaxf(a, b);
+    for (int o = 16; o > 0; o /= 2) top = fmaxf(top, __shfl_xor_sync(~0u, top, o));
+    // top is -inf when no split saw a valid slot.
+    const float wa = top == -INFINITY ? 0.0f : expf(a - top);
+    const float wb = top == -INFINITY ? 0.0f : expf(b - top);
+    float sum = wa + wb;
+    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(~0u, sum, o);
     // sum is 0 when no split saw a valid slot, NaN (kept) when one's lse is NaN.
-    for (int i = 0; i < splits; ++i) weight[i] = sum == 0.0f ? 0.0f : weight[i] / sum;
-    total_lse = sum == 0.0f ? -INFINITY : top + logf(sum);
+    weight[lane] = sum == 0.0f ? 0.0f : wa / sum;
+    weight[lane + 32] = sum == 0.0f ? 0.0f : wb / sum;
+    if (lane == 0) total_lse = sum == 0.0f ? -INFINITY : top + logf(sum);
   }
   __syncthreads();
   const int d = 4 * threadIdx.x;
+  const float* part = part_out + at * splits * kMlaLatentDim + d;
   float4 acc = make_float4(0, 0, 0, 0);
-  for (int i = 0; i < splits; ++i) {
-    if (weight[i] == 0.0f) continue;
-    const float4 x =
-        *reinterpret_cast<const float4*>(part_out + (at * splits + i) * kMlaLatentDim + d);
-    acc.x += weight[i] * x.x;
-    acc.y += weight[i] * x.y;
-    acc.z += weight[i] * x.z;
-    acc.w += weight[i] * x.w;
+  constexpr int kBatch = 8;  // loads in flight: one at a time would pay L2's latency per split
+  for (int i0 = 0; i0 < splits; i0 += kBatch) {
+    float4 x[kBatch];
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      x[j] = i0 + j < splits ? *reinterpret_cast<const float4*>(part + (i0 + j) * kMlaLatentDim)
+                             : make_float4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int j = 0; j < kBatch; ++j) {
+      // A split without valid slots has weight 0 and outputs 0, beyond the last split x is 0.
+      const float w = i0 + j < splits ? weight[i0 + j] : 0.0f;
+      acc.x += w * x[j].x;
+      acc.y += w * x[j].y;
+      acc.z += w * x[j].z;
+      acc.w += w * x[j].w;
+    }
   }
   uint2 packed = make_uint2(mla::PackBf16(acc.x, acc.y), mla::PackBf16(acc.z, acc.w));
   *reinterpret_cast<uint2*>(p.out + at * kMlaLatentDim + d) = packed;
@@ -398,9 +420,8 @@ cudaError_t LaunchDecode(dim3 grid, const SparseMlaDecodeParams& p, const Plan& 
       cudaFuncSetAttribute(SparseMlaDecodeTcKernel<kTiles, kStages>,
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes));
   if (configured != cudaSuccess) return configured;
-  SparseMlaDecodeTcKernel<kTiles, kStages>
-      <<<grid, kThreads, kBytes, stream>>>(p, plan.tiles_per_split, part_out, part_lse);
-  return cudaSuccess;
+  return LaunchDependent(SparseMlaDecodeTcKernel<kTiles, kStages>, grid, dim3(kThreads), kBytes,
+                         stream, false, p, plan.tiles_per_split, part_out, part_lse);
 }
 
 }  // namespace
@@ -441,10 +462,13 @@ LaunchStatus SparseMlaDecodeLaunch(const SparseMlaDecodeParams& p, void* workspa
                                                               stream);
   if (launched != cudaSuccess) return LaunchStatus{launched, nullptr};
   if (plan.splits > 1) {
-    CombineSplitsKernel<<<static_cast<unsigned>(rows * p.heads), kMlaLatentDim / 4, 0, stream>>>(
-        p, plan.splits, part_out, part_lse);
+    const cudaError_t combined =
+        LaunchDependent(CombineSplitsKernel, dim3(static_cast<unsigned>(rows * p.heads)),
+                        dim3(kMlaLatentDim / 4), 0, stream, false, p, plan.splits,
+                        static_cast<const float*>(part_out), static_cast<const float*>(part_lse));
+    if (combined != cudaSuccess) return LaunchStatus{combined, nullptr};
   }
-  return LastLaunchError();
+  return {};
 }
 
 }  // namespace kvp

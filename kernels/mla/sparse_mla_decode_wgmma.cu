@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "kernels/common/cp_async.cuh"
+#include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/log2_domain.h"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/mla/mla_dequant.cuh"
@@ -68,6 +69,8 @@ static_assert(kSharedBytes <= 227 * 1024, "more shared memory than an H200 CTA m
 __global__ void __launch_bounds__(kThreads, 1)
     SparseMlaDecodeWgmmaKernel(SparseMlaDecodeParams p, int head_ctas, int tiles_per_split,
                                float* part_out, float* part_lse) {
+  LetDependentsLaunch();
+  WaitForPredecessor();  // the slots (the top-k), and the workspace the kernel before may read
   extern __shared__ uint8_t shared_bytes[];
   const uint32_t misalignment =
       static_cast<uint32_t>(__cvta_generic_to_shared(shared_bytes)) % wgmma::kSwizzleAtomBytes;
@@ -265,9 +268,8 @@ cudaError_t LaunchSparseMlaDecodeWgmma(const SparseMlaDecodeParams& p, int split
   const int head_ctas = p.heads / kHeads;
   const dim3 grid(static_cast<unsigned>(p.batch * p.s_q * head_ctas),
                   static_cast<unsigned>(splits));
-  SparseMlaDecodeWgmmaKernel<<<grid, kThreads, kSharedBytes, stream>>>(
-      p, head_ctas, tiles_per_split, part_out, part_lse);
-  return cudaSuccess;
+  return LaunchDependent(SparseMlaDecodeWgmmaKernel, grid, dim3(kThreads), kSharedBytes, stream,
+                         false, p, head_ctas, tiles_per_split, part_out, part_lse);
 }
 
 }  // namespace kvp
