@@ -6,6 +6,7 @@
 #   - `kvpool-bench kernels --only=mla` beside the PyTorch MLA baselines, merged (kernels-mla-h200.json),
 #   - a 61-layer DeepSeek-V3.2-shaped MLA pool through the service: kvpoolctl bench-decode at batch
 #     64 and 32k context, with the last layer's outputs and without (service-decode-mla*-h200.json).
+# OUT_DIR ends with those results, table.md and gpu-mla.log (every step's output).
 #   scripts/gpu-mla.sh OUT_DIR [STEPS]
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
@@ -45,5 +46,12 @@ for outputs in last none; do
 done
 kill -TERM "$daemon" "$prefill" "$decode" 2>/dev/null
 wait "$daemon" "$prefill" "$decode" 2>/dev/null
-tail -5 "$out"/kvpoold.log "$out"/decode.log
+tail -n 5 "$out"/kvpoold.log "$out"/decode.log
+# What a caller fetches: the results, the table, and one log (a device run returns few files).
+for log in kernels-tests service-tests kernels torch kvpoold prefill decode; do
+  printf '==> %s.log <==\n' "$log"
+  cat "$out/$log.log"
+done >"$out/gpu-mla.log"
+(cd "$out" && rm -f kernels.json torch.json kernels-tests.log service-tests.log \
+  kernels.log torch.log kvpoold.log prefill.log decode.log)
 exit $status
