@@ -5,11 +5,12 @@
 # libFuzzer found is left in build-fuzz/findings/<target>/ (crash-*, leak-*, timeout-*): add it to
 # tests/fuzz/corpus/<target>/ once fixed, where every build replays it as a test.
 #   scripts/fuzz.sh [TARGET...]   default: all targets
-#   scripts/fuzz.sh --seeds       rewrites the seed corpora (tests/fuzz/write_seeds.cc)
+#   scripts/fuzz.sh --seeds       rewrites the seeds of the corpora (tests/fuzz/write_seeds.cc)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir=build-fuzz
-targets=(envelope_fuzz broker_state_fuzz job_fuzz arena_description_fuzz text_files_fuzz)
+targets=(envelope_fuzz broker_state_fuzz broker_peer_fuzz job_fuzz arena_description_fuzz
+         text_files_fuzz)
 seconds=${FUZZ_SECONDS:-60}
 
 sanitizers="-fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined"
@@ -24,7 +25,7 @@ fi
 
 if [ "${1:-}" = "--seeds" ]; then
   cmake --build "$build_dir" --parallel "$(nproc)" --target fuzz_write_seeds
-  rm -rf tests/fuzz/corpus
+  # Rewritten in place: the inputs kept beside the seeds (crashes once found) stay.
   "$build_dir/tests/fuzz/fuzz_write_seeds" tests/fuzz/corpus
   echo "fuzz: seeds written to tests/fuzz/corpus/"
   exit 0

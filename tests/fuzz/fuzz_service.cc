@@ -28,7 +28,7 @@ ModelConfig FuzzModel() {
   return model;
 }
 
-FuzzService::FuzzService(std::optional<wire::Transport> transport) {
+FuzzService::FuzzService(std::optional<wire::Transport> transport, bool peers) {
   spdlog::set_level(spdlog::level::off);  // millions of inputs: the broker's log lines are noise
   const PoolSpec spec = FuzzPoolSpec();
   const uint64_t stride = static_cast<uint64_t>(BlockLayout::Create(spec)->block_stride());
@@ -44,6 +44,11 @@ FuzzService::FuzzService(std::optional<wire::Transport> transport) {
   options.pool_gpus.assign(kFuzzPools, -1);
   options.fd_channel_paths = {"/nonexistent/fd-0", "/nonexistent/fd-1"};
   options.transport = transport;
+  if (peers) {
+    options.node_name = std::string(1, 'a');  // not = "a": g++ 12 -Wrestrict misfires
+    options.peers = {PeerNode{.name = "b", .endpoint = "tcp://127.0.0.1:9", .public_key = {},
+                              .raw_key = {}}};
+  }
   broker_ = std::make_unique<Broker>(pools_.get(), &clock_, options);
 }
 

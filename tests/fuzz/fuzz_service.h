@@ -22,8 +22,10 @@ inline constexpr int kFuzzPools = 2;    // host pools, so that migrations are re
 
 class FuzzService {
  public:
-  // `transport`: how migrations move (BrokerOptions::transport); nullopt: host copies.
-  explicit FuzzService(std::optional<wire::Transport> transport = std::nullopt);
+  // `transport`: how migrations move (BrokerOptions::transport); nullopt: host copies. `peers`:
+  // this kvpoold is node "a" with one peer, node "b" (its link kLinkPrefix + "b").
+  explicit FuzzService(std::optional<wire::Transport> transport = std::nullopt,
+                       bool peers = false);
 
   // Hands one message to the broker as kvpoold's loop would; the messages it sends back.
   Outbox Send(const std::string& from, std::vector<zmq::message_t> frames);

@@ -182,6 +182,11 @@ void OtherSeeds(Seeds& seeds) {
     for (char& c : bytes) c = static_cast<char>(rng());
     seeds.Write("broker_state_fuzz", "random_" + std::to_string(i), bytes);
   }
+  for (int i = 0; i < 4; ++i) {
+    std::string bytes(400 + 300 * i, '\0');
+    for (char& c : bytes) c = static_cast<char>(rng());
+    seeds.Write("broker_peer_fuzz", "random_" + std::to_string(i), bytes);
+  }
 }
 
 }  // namespace
