@@ -267,9 +267,6 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
                                   .message = EnvelopeBuilder(parked),
                                   .submitted_micros = clock_->NowMicros(),
                                   .then_migrate_to = decode_pool,
-                                  .migration = std::nullopt,
-                                  .slices = std::nullopt,
-                                  .stream_of = std::nullopt,
                                   .parked = absl::OkStatus(),
                                   .written_micros = clock_->NowMicros()});
         busy_[seq] = parked;
@@ -344,10 +341,7 @@ absl::Status Broker::HandlePrefill(const std::string& from, uint64_t id,
               .message = std::move(message),
               .submitted_micros = clock_->NowMicros(),
               .then_migrate_to = continued ? std::nullopt : decode_pool,
-              .migration = std::nullopt,
               .slices = std::move(slices),
-              .stream_of = std::nullopt,
-              .parked = std::nullopt,
               .then_migrate_node = decode_node},
           out);
   return absl::OkStatus();
@@ -454,12 +448,7 @@ absl::Status Broker::HandleDecode(const std::string& from, uint64_t id,
               .sequences = std::move(planned),
               .message = std::move(message),
               .submitted_micros = now,
-              .broker_micros = now - started,
-              .then_migrate_to = std::nullopt,
-              .migration = std::nullopt,
-              .slices = std::nullopt,
-              .stream_of = std::nullopt,
-              .parked = std::nullopt},
+              .broker_micros = now - started},
           out);
   return absl::OkStatus();
 }

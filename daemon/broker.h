@@ -228,13 +228,13 @@ class Broker {
     int64_t submitted_micros = 0;
     bool client_gone = false;  // its client's lease expired: finish without reply or commit
     int64_t broker_micros = 0;  // time kvpoold spent on it: planning, then finishing
-    std::optional<PoolIndex> then_migrate_to;  // a prefill whose sequence is decoded elsewhere
-    std::optional<Migration> migration;        // a migrate job
-    std::optional<PrefillSlices> slices;       // a prefill written in slices
-    std::optional<SeqId> stream_of;            // a stream move of this sequence's blocks
+    std::optional<PoolIndex> then_migrate_to = std::nullopt;  // a prefill decoded elsewhere
+    std::optional<Migration> migration = std::nullopt;        // a migrate job
+    std::optional<PrefillSlices> slices = std::nullopt;       // a prefill written in slices
+    std::optional<SeqId> stream_of = std::nullopt;  // a stream move of this sequence's blocks
     // A final prefill's end while its sequence's stream move runs: the result, and when the
     // worker reported its last write.
-    std::optional<absl::Status> parked;
+    std::optional<absl::Status> parked = std::nullopt;
     int64_t written_micros = 0;
     // A prefill decoded on another node: moved there once written (then_migrate_to its pool).
     std::string then_migrate_node = {};

@@ -176,12 +176,7 @@ absl::Status Broker::StartMigration(SeqId seq, PoolIndex to, const std::string& 
           .sequences = {seq},
           .prefix_hit_tokens = prefix_hit_tokens,
           .message = EnvelopeBuilder(next_job_),
-          .submitted_micros = m.started_micros,
-          .then_migrate_to = std::nullopt,
-          .migration = std::nullopt,
-          .slices = std::nullopt,
-          .stream_of = std::nullopt,
-          .parked = std::nullopt};
+          .submitted_micros = m.started_micros};
   if (source != to) {
     if (m.transport == wire::Transport::NONE) {
       ASSIGN_OR_RETURN(m.transport, ChooseTransport(source, to));

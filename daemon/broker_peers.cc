@@ -128,11 +128,7 @@ absl::Status Broker::StartRemoteMigration(SeqId seq, const std::string& node, Po
           .prefix_hit_tokens = after != nullptr ? after->prefix_hit_tokens : 0,
           .message = EnvelopeBuilder(id),
           .submitted_micros = now,
-          .then_migrate_to = std::nullopt,
-          .migration = std::move(m),
-          .slices = std::nullopt,
-          .stream_of = std::nullopt,
-          .parked = std::nullopt};
+          .migration = std::move(m)};
   job.peer_deadline_micros =
       now + int64_t{options_.transfer_timeout_millis} * 1000 + kPeerAnswerGraceMicros;
   busy_[seq] = id;
@@ -383,11 +379,7 @@ absl::Status Broker::HandlePeerImport(const std::string& from, uint64_t id,
               .sequences = {seq},
               .message = MigrateJobMessage(job_id, seq, to, transport, moves),
               .submitted_micros = m.started_micros,
-              .then_migrate_to = std::nullopt,
-              .migration = std::move(m),
-              .slices = std::nullopt,
-              .stream_of = std::nullopt,
-              .parked = std::nullopt},
+              .migration = std::move(m)},
           out);
   return absl::OkStatus();
 }

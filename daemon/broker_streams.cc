@@ -194,15 +194,12 @@ void Broker::StreamBlocks(SeqId seq, Outbox& out) {
            .sequences = {},  // the sequence may be written (and decoded) meanwhile
            .message = MigrateJobMessage(move_id, seq, *home, s.transport, *moves),
            .submitted_micros = now,
-           .then_migrate_to = std::nullopt,
            .migration = Migration{.from = *home,
                                   .to = s.to,
                                   .transport = s.transport,
                                   .blocks_moved = static_cast<uint32_t>(moves->size()),
                                   .started_micros = now},
-           .slices = std::nullopt,
-           .stream_of = seq,
-           .parked = std::nullopt};
+           .stream_of = seq};
   Enqueue(std::move(move), out);  // `s` may move: not used after this
 }
 
