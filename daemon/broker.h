@@ -527,6 +527,9 @@ class Broker {
   absl::flat_hash_map<std::string, PeerLink> peers_;   // by node name
   absl::flat_hash_map<SeqId, RemoteHome> remote_;     // sequences that live on peers
   absl::flat_hash_map<uint64_t, ForwardedCall> forwarded_;  // by the request id sent
+  // Moves to peers whose send half waits for an idle sender, oldest first (ended ones are
+  // skipped and dropped when met).
+  std::deque<JobId> peer_sends_waiting_;
   int64_t next_peer_heartbeat_ = 0;
   SeqId next_imported_ = 0;
   LeaseId quarantine_ = 0;

@@ -206,6 +206,7 @@ absl::Status Broker::HandlePeerMessage(const std::string& node, wire::Envelope::
       link.setSourceChunkBytes(ChunkBytesOf(job.pool));
       link.setTargetChunkBytes(theirs.getTargetChunkBytes());
       job.peer_send = std::move(send);
+      peer_sends_waiting_.push_back(id);
       StartPeerSends(out);
       return absl::OkStatus();
     }
@@ -227,16 +228,26 @@ absl::Status Broker::HandlePeerMessage(const std::string& node, wire::Envelope::
 }
 
 void Broker::StartPeerSends(Outbox& out) {
-  for (auto& [id, job] : jobs_) {
-    if (!job.peer_send.has_value()) continue;
+  for (auto waiting = peer_sends_waiting_.begin(); waiting != peer_sends_waiting_.end();) {
+    const JobId id = *waiting;
+    auto it = jobs_.find(id);
+    if (it == jobs_.end() || !it->second.peer_send.has_value()) {  // the move ended meanwhile
+      waiting = peer_sends_waiting_.erase(waiting);
+      continue;
+    }
+    Job& job = it->second;
     const std::optional<LeaseId> sender = IdleSender(job, /*receiver=*/0);
-    if (!sender.has_value()) continue;  // the next dispatch tries again; the link has a deadline
+    if (!sender.has_value()) {  // the next dispatch tries again; the link has a deadline
+      ++waiting;
+      continue;
+    }
     Migration& m = *job.migration;
     m.sender = *sender;
     m.send_sent = true;
     workers_.at(*sender).job = id;
     out.push_back({workers_.at(*sender).identity, std::move(*job.peer_send).Frame(), kMigrateJob});
     job.peer_send.reset();
+    waiting = peer_sends_waiting_.erase(waiting);
   }
 }
 
