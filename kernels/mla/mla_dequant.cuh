@@ -70,10 +70,11 @@ __device__ __forceinline__ uint32_t NanCodes(uint32_t codes) {
   return ((codes & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u;
 }
 
-// Eight codes (two words of `codes`) times a scale as four bf16 pairs, in order; `nan` gains a bit
-// for each NaN code, whose value this does not give (TokenChunkBf16 does).
-__device__ __forceinline__ uint4 DequantizeEight(uint2 codes, Bf16SplitScale s, uint32_t& nan) {
-  nan |= NanCodes(codes.x) | NanCodes(codes.y);
+// Eight codes (two words of `codes`) times a finite scale as four bf16 pairs, in order;
+// `nan_codes` gains a bit for each NaN code, whose value this does not give (TokenChunkBf16 does).
+__device__ __forceinline__ uint4 DequantizeEight(uint2 codes, Bf16SplitScale s,
+                                                 uint32_t& nan_codes) {
+  nan_codes |= NanCodes(codes.x) | NanCodes(codes.y);
   return make_uint4(DequantizeSignedPair(Permute(codes.x, 0x9180), s),
                     DequantizeSignedPair(Permute(codes.x, 0xB3A2), s),
                     DequantizeSignedPair(Permute(codes.y, 0x9180), s),
@@ -107,16 +108,19 @@ __device__ __forceinline__ void DequantizeTokenPart(const uint8_t* entry, int pa
   constexpr int kRopeChunks = kMlaRopeDim / 8 / kParts;
   static_assert(kMlaTile / 8 % kChunks == 0 && kChunks % 2 == 0 && kRopeChunks >= 1);
   const int first = part * kChunks;
-  const Bf16SplitScale scale = SplitScale(
-      *reinterpret_cast<const float*>(entry + kMlaScalesOffset + 4 * (first / (kMlaTile / 8))));
-  uint32_t nan = 0;
+  const float tile_scale =
+      *reinterpret_cast<const float*>(entry + kMlaScalesOffset + 4 * (first / (kMlaTile / 8)));
+  const Bf16SplitScale scale = SplitScale(tile_scale);
+  uint32_t nan_codes = 0;
 #pragma unroll
   for (int i = 0; i < kChunks; i += 2) {
     const uint4 codes = *reinterpret_cast<const uint4*>(entry + (first + i) * 8);
-    *chunk_at(first + i) = DequantizeEight(make_uint2(codes.x, codes.y), scale, nan);
-    *chunk_at(first + i + 1) = DequantizeEight(make_uint2(codes.z, codes.w), scale, nan);
+    *chunk_at(first + i) = DequantizeEight(make_uint2(codes.x, codes.y), scale, nan_codes);
+    *chunk_at(first + i + 1) = DequantizeEight(make_uint2(codes.z, codes.w), scale, nan_codes);
   }
-  if (nan != 0) {  // rare: NaN codes, which the converter keeps
+  // Rare: NaN codes, which the converter keeps, or a tile that held an infinity (its scale is
+  // infinite, and the split scale's lo part NaN), whose products the converter gives as ±inf.
+  if (nan_codes != 0 || !isfinite(tile_scale)) {
     for (int i = 0; i < kChunks; ++i) *chunk_at(first + i) = TokenChunkBf16(entry, first + i);
   }
 #pragma unroll

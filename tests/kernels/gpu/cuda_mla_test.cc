@@ -262,6 +262,45 @@ TEST_F(CudaMlaTest, SparseDecodeKeepsANanCodeOfAChosenToken) {
   }
 }
 
+// Bytes no kvpool writer makes but a foreign one may: a tile whose scale is infinite and whose
+// codes are finite. Its products are ±inf as in the reference, not NaN: with queries that make
+// the token's score -inf it drops out of the softmax, so the log-sum-exp is the other token's
+// and only the dims of that tile (0 · inf in P · V) are NaN, in the reference and in both kernels.
+TEST_F(CudaMlaTest, SparseDecodeOfAnInfiniteTileScaleFollowsTheReference) {
+  MlaArena arena(4, 16);
+  const std::vector<Bf16> latent = RandomBf16(rng_, 512, 1.0f);
+  const std::vector<Bf16> rope = RandomBf16(rng_, 64, 1.0f);
+  const std::vector<int64_t> written = {5};
+  MlaCacheWriteParams w{.cache = arena.cache, .latent = latent.data(), .rope = rope.data(),
+                        .slots = written.data(), .num_tokens = 1};
+  ASSERT_TRUE(MlaCacheWriteRef(w).ok());
+  uint8_t* infinite = arena.cache.LatentOfSlot(9);
+  std::memset(infinite, 0x38, 512);  // every code 1.0
+  const float scales[4] = {1.0f, std::numeric_limits<float>::infinity(), 1.0f, 1.0f};
+  std::memcpy(infinite + kMlaScalesOffset, scales, sizeof(scales));
+  std::memset(infinite + kMlaRopeOffset, 0, 128);
+  DeviceBuffer d_arena = Up(arena.host);
+  for (int heads : {16, 64}) {
+    const std::vector<int32_t> slots = {5, 9};
+    std::vector<Bf16> q(size_t(heads) * 576, Bf16FromFloat(0.0f));
+    for (int h = 0; h < heads; ++h) {
+      for (int i = 0; i < 512; ++i) q[h * 576 + i] = Bf16FromFloat(i / 128 == 1 ? -0.01f : 0.02f);
+    }
+    const MlaDecodeRun ref = Decode(Decoder::kReference, arena, d_arena, q, slots, 1, heads);
+    const MlaDecodeRun gpu = Decode(Decoder::kGpu, arena, d_arena, q, slots, 1, heads);
+    for (int h = 0; h < heads; ++h) {
+      SCOPED_TRACE(::testing::Message() << heads << " heads, head " << h);
+      ASSERT_TRUE(std::isfinite(ref.lse[h])) << "the reference";
+      ASSERT_NEAR(gpu.lse[h], ref.lse[h], 1e-2f * std::max(1.0f, std::fabs(ref.lse[h])));
+      for (int i = 0; i < 512; ++i) {
+        const bool nan = i / 128 == 1;
+        ASSERT_EQ(std::isnan(Bf16ToFloat(ref.out[size_t(h) * 512 + i])), nan) << "dim " << i;
+        ASSERT_EQ(std::isnan(Bf16ToFloat(gpu.out[size_t(h) * 512 + i])), nan) << "dim " << i;
+      }
+    }
+  }
+}
+
 TEST_F(CudaMlaTest, SparseDecodeMatchesTheReference) {
   MlaArena arena(40, 48);  // 1,920 slots; the unused ones stay NaN bytes
   const size_t filled = 1200;
