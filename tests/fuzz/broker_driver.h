@@ -405,4 +405,15 @@ class Driver {
   uint64_t next_id_ = 10;
 };
 
+// One fuzz input through a fresh driver: up to 200 steps, then every lease run out. Odd lengths
+// move by paired socket moves, so both kinds of move are reached without a byte; moves to another
+// node (with peers) are paired socket moves always.
+inline int RunBrokerDriver(const uint8_t* data, size_t size, bool peers) {
+  FuzzInput in(data, size);
+  Driver driver(in, size % 2 == 1 ? std::optional(wire::Transport::SOCKET) : std::nullopt, peers);
+  for (int step = 0; step < 200 && !in.done(); ++step) driver.Step();
+  driver.Finish();
+  return 0;
+}
+
 }  // namespace kvp::fuzz
