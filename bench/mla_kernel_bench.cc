@@ -123,8 +123,8 @@ absl::Status MeasureMlaKernels(cudaStream_t stream, bool quick, std::mt19937_64&
   for (const Shape& sh : std::vector<Shape>{{128, 2, 128}, {128, 1, 128}, {1, 1, 128},
                                             {128, 1, 64}, {128, 1, 32}, {128, 1, 16}}) {
     if (quick && sh.batch > 32) continue;
-    KernelBenchProgress(absl::StrFormat("sparse MLA decode batch=%d s_q=%d heads=%d", sh.batch, sh.s_q,
-                             sh.heads));
+    KernelBenchProgress(absl::StrFormat("sparse MLA decode batch=%d s_q=%d heads=%d", sh.batch,
+                                        sh.s_q, sh.heads));
     const int rows = sh.batch * sh.s_q;
     std::vector<int32_t> slots(size_t(rows) * topk);
     for (int r = 0; r < rows; ++r) {  // distinct random slots per row (partial shuffle)
@@ -147,15 +147,23 @@ absl::Status MeasureMlaKernels(cudaStream_t stream, bool quick, std::mt19937_64&
                      TimeMedian([&](int) { return SparseMlaDecodeCuda(p, workspace, stream); },
                                 stream, 3, 20));
     const double flops = 2.0 * rows * sh.heads * topk * (576 + 512);
-    const double bytes = double(rows) * topk * kMlaTokenBytes + double(rows) * sh.heads * (576 + 512) * 2;
-    report.rows.push_back(
-        {"sparse_mla_decode",
-         absl::StrFormat("batch=%d s_q=%d heads=%d topk=%d ctx=%d", sh.batch, sh.s_q, sh.heads,
-                         topk, tokens),
-         t.median_us,
-         bytes,
-         {{"tflops", flops / (t.median_us * 1e-6) / 1e12},
-          {"us_per_head", t.median_us / sh.heads}}});
+    const double bytes =
+        double(rows) * topk * kMlaTokenBytes + double(rows) * sh.heads * (576 + 512) * 2;
+    std::vector<std::pair<std::string, double>> notes = {
+        {"tflops", flops / (t.median_us * 1e-6) / 1e12}, {"us_per_head", t.median_us / sh.heads}};
+    if (sh.batch == 1) {  // what the split of one row's top-k over CTAs buys: fewer of them
+      for (const int max_splits : {8, 16}) {
+        SparseMlaDecodeParams capped = p;
+        capped.max_splits = max_splits;
+        auto run = [&](int) { return SparseMlaDecodeCuda(capped, workspace, stream); };
+        ASSIGN_OR_RETURN(Timing tc, TimeMedian(run, stream, 3, 20));
+        notes.push_back({absl::StrFormat("max_splits_%d_us", max_splits), tc.median_us});
+      }
+    }
+    report.rows.push_back({"sparse_mla_decode",
+                           absl::StrFormat("batch=%d s_q=%d heads=%d topk=%d ctx=%d", sh.batch,
+                                           sh.s_q, sh.heads, topk, tokens),
+                           t.median_us, bytes, std::move(notes)});
   }
   return MeasureMlaDecodeLayer(stream, tokens, rng, report);
 }

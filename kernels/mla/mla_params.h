@@ -68,6 +68,9 @@ struct SparseMlaDecodeParams {
   int32_t heads = 0;               // query heads: 16, 32, 64 or 128
   int32_t topk = 0;
   float softmax_scale = kDeepSeekV32SoftmaxScale;
+  // At most this many CTAs share a row's top-k when the rows are too few to fill the GPU (the
+  // launcher plans the split otherwise); 0: no limit, 1: never split.
+  int32_t max_splits = 0;
   Bf16* out = nullptr;             // [batch, s_q, heads, 512]
   float* lse = nullptr;            // [batch, s_q, heads]
 };

@@ -20,6 +20,7 @@
 // kernel. K and P are rounded to bf16 before the mma, as FlashMLA does; sums are float.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -30,6 +31,7 @@
 #include "kernels/common/work_split.h"
 #include "kernels/mla/mla_dequant.cuh"
 #include "kernels/mla/mla_launch.h"
+#include "kernels/mla/mla_partials.cuh"
 #include "kernels/mla/sparse_mla_decode_wgmma.h"
 #include "kvpool/format/mla_latent.h"
 
@@ -280,9 +282,9 @@ __global__ void __launch_bounds__(kThreads, 1)
       uint32_t b[kDimTiles / 2][4];
 #pragma unroll
       for (int dp = 0; dp < kDimTiles / 2; ++dp) {
+        const int k_row = ks * 16 + lane % 8 + ((lane / 8) % 2) * 8;
         mma::LoadMatricesTransposed(
-            &s.k[ks * 16 + lane % 8 + ((lane / 8) % 2) * 8][kDimsPerWarp * warp + 16 * dp + (lane / 16) * 8],
-            b[dp]);
+            &s.k[k_row][kDimsPerWarp * warp + 16 * dp + (lane / 16) * 8], b[dp]);
       }
 #pragma unroll
       for (int ht = 0; ht < kTiles; ++ht) {
@@ -303,88 +305,120 @@ __global__ void __launch_bounds__(kThreads, 1)
 #pragma unroll
   for (int ht = 0; ht < kTiles; ++ht) {
     if (ht >= head_tiles) continue;
+    float inv[2], lse[2];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int h = ht * kHeadTile + g + 8 * r;
       const float l = s.l[h];
       // l is 0 for a head with nothing valid; NaN (kept) when a chosen token holds NaN.
-      const float inv = l == 0.0f ? 0.0f : 1.0f / l;
-      const float lse = l == 0.0f ? -INFINITY : (s.m[h] + log2f(l)) * kLn2;
-      const int64_t at = int64_t{row} * p.heads + head0 + h;
-      if (part_out == nullptr) {
-        Bf16* out = p.out + at * kMlaLatentDim + kDimsPerWarp * warp + 2 * t;
+      inv[r] = l == 0.0f ? 0.0f : 1.0f / l;
+      lse[r] = l == 0.0f ? -INFINITY : (s.m[h] + log2f(l)) * kLn2;
+    }
+    // Heads h and h + 8 are rows at and at + 8; o[ht][n][2r + e] is dim 32 warp + 8n + 2t + e.
+    const int64_t at = int64_t{row} * p.heads + head0 + ht * kHeadTile + g;
+    const int dim = kDimsPerWarp * warp + 2 * t;
+    if (part_out == nullptr) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        Bf16* out = p.out + (at + 8 * r) * kMlaLatentDim + dim;
 #pragma unroll
         for (int n = 0; n < kDimTiles; ++n) {
           *reinterpret_cast<uint32_t*>(out + 8 * n) =
-              mla::PackBf16(o[ht][n][2 * r] * inv, o[ht][n][2 * r + 1] * inv);
+              mla::PackBf16(o[ht][n][2 * r] * inv[r], o[ht][n][2 * r + 1] * inv[r]);
         }
-        if (warp == 0 && t == 0) p.lse[at] = lse;
-      } else {
-        float* out = part_out + (at * splits + split) * kMlaLatentDim + kDimsPerWarp * warp + 2 * t;
+        if (warp == 0 && t == 0) p.lse[at + 8 * r] = lse[r];
+      }
+    } else {
+      float* upper = part_out + (at * splits + split) * kMlaLatentDim + dim;
+      float* lower = upper + 8 * splits * kMlaLatentDim;
 #pragma unroll
-        for (int n = 0; n < kDimTiles; ++n) {
-          *reinterpret_cast<float2*>(out + 8 * n) =
-              make_float2(o[ht][n][2 * r] * inv, o[ht][n][2 * r + 1] * inv);
-        }
-        if (warp == 0 && t == 0) part_lse[at * splits + split] = lse;
+      for (int n = 0; n < kDimTiles; ++n) {
+        mla::StoreRowPairs(upper + 8 * n, lower + 8 * n, t,
+                           make_float2(o[ht][n][0] * inv[0], o[ht][n][1] * inv[0]),
+                           make_float2(o[ht][n][2] * inv[1], o[ht][n][3] * inv[1]));
+      }
+      if (warp == 0 && t == 0) {
+        part_lse[at * splits + split] = lse[0];
+        part_lse[(at + 8) * splits + split] = lse[1];
       }
     }
   }
 }
 
 // Merges the splits of one (row, head): out = Σ exp(lse_s - lse) · out_s, lse = ln Σ exp(lse_s).
-// Warp 0 reads the splits' lse at once, two a lane, and reduces them by shuffles.
-__global__ void __launch_bounds__(128)
+// 128 · groups threads, each of a group's 128 taking 4 of the 512 dims: group g sums splits g,
+// g + groups, ... with eight loads in flight, the first eight issued before the weights are known
+// (the two waits on L2 overlap), and the groups' sums meet in shared memory. Every warp finds the
+// weights itself from all splits' lse (two a lane, reduced by shuffles) and hands each split's to
+// its lanes by a broadcast shuffle.
+constexpr int kCombineGroups = 4;
+constexpr int kCombineColumns = kMlaLatentDim / 4;  // threads of a group
+
+__global__ void __launch_bounds__(kCombineColumns * kCombineGroups)
     CombineSplitsKernel(SparseMlaDecodeParams p, int splits, const float* part_out,
                         const float* part_lse) {
   LetDependentsLaunch();
   WaitForPredecessor();  // the partial results
   static_assert(kMaxSplits == 64, "two splits a lane of one warp");
   const int64_t at = blockIdx.x;  // row · heads + head
-  __shared__ float weight[kMaxSplits];
-  __shared__ float total_lse;
-  if (threadIdx.x < 32) {
-    const int lane = threadIdx.x;
-    const float* lse = part_lse + at * splits;
-    const float a = lane < splits ? lse[lane] : -INFINITY;
-    const float b = lane + 32 < splits ? lse[lane + 32] : -INFINITY;
-    float top = fmaxf(a, b);
-    for (int o = 16; o > 0; o /= 2) top = fmaxf(top, __shfl_xor_sync(~0u, top, o));
-    // top is -inf when no split saw a valid slot.
-    const float wa = top == -INFINITY ? 0.0f : expf(a - top);
-    const float wb = top == -INFINITY ? 0.0f : expf(b - top);
-    float sum = wa + wb;
-    for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(~0u, sum, o);
-    // sum is 0 when no split saw a valid slot, NaN (kept) when one's lse is NaN.
-    weight[lane] = sum == 0.0f ? 0.0f : wa / sum;
-    weight[lane + 32] = sum == 0.0f ? 0.0f : wb / sum;
-    if (lane == 0) total_lse = sum == 0.0f ? -INFINITY : top + logf(sum);
-  }
-  __syncthreads();
-  const int d = 4 * threadIdx.x;
-  const float* part = part_out + at * splits * kMlaLatentDim + d;
-  float4 acc = make_float4(0, 0, 0, 0);
+  const int groups = blockDim.x / kCombineColumns;
+  const int group = threadIdx.x / kCombineColumns, column = threadIdx.x % kCombineColumns;
+  const int lane = threadIdx.x % 32;
+  const float* part = part_out + at * splits * kMlaLatentDim + 4 * column;
   constexpr int kBatch = 8;  // loads in flight: one at a time would pay L2's latency per split
-  for (int i0 = 0; i0 < splits; i0 += kBatch) {
-    float4 x[kBatch];
+  float4 x[kBatch];
+  auto load = [&](int first) {
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      x[j] = i0 + j < splits ? *reinterpret_cast<const float4*>(part + (i0 + j) * kMlaLatentDim)
-                             : make_float4(0, 0, 0, 0);
+      const int split = first + j * groups;
+      x[j] = split < splits ? *reinterpret_cast<const float4*>(part + split * kMlaLatentDim)
+                            : make_float4(0, 0, 0, 0);
     }
+  };
+  load(group);
+
+  const float* lse = part_lse + at * splits;
+  const float a = lane < splits ? lse[lane] : -INFINITY;
+  const float b = lane + 32 < splits ? lse[lane + 32] : -INFINITY;
+  float top = fmaxf(a, b);
+  for (int o = 16; o > 0; o /= 2) top = fmaxf(top, __shfl_xor_sync(~0u, top, o));
+  // top is -inf when no split saw a valid slot.
+  const float ea = top == -INFINITY ? 0.0f : expf(a - top);
+  const float eb = top == -INFINITY ? 0.0f : expf(b - top);
+  float sum = ea + eb;
+  for (int o = 16; o > 0; o /= 2) sum += __shfl_xor_sync(~0u, sum, o);
+  // sum is 0 when no split saw a valid slot, NaN (kept) when one's lse is NaN.
+  const float wa = sum == 0.0f ? 0.0f : ea / sum, wb = sum == 0.0f ? 0.0f : eb / sum;
+
+  float4 acc = make_float4(0, 0, 0, 0);
+  for (int first = group; first < splits; first += groups * kBatch) {
+    if (first != group) load(first);
 #pragma unroll
     for (int j = 0; j < kBatch; ++j) {
-      // A split without valid slots has weight 0 and outputs 0, beyond the last split x is 0.
-      const float w = i0 + j < splits ? weight[i0 + j] : 0.0f;
+      const int split = first + j * groups;  // the same in the whole warp
+      float w = __shfl_sync(~0u, split & 32 ? wb : wa, split & 31);
+      if (split >= splits) w = 0.0f;  // beyond the last split x is 0 (w may be anything)
+      // A split without valid slots has weight 0 and outputs 0.
       acc.x += w * x[j].x;
       acc.y += w * x[j].y;
       acc.z += w * x[j].z;
       acc.w += w * x[j].w;
     }
   }
+  __shared__ float4 group_sums[kCombineGroups - 1][kCombineColumns];
+  if (group > 0) group_sums[group - 1][column] = acc;
+  __syncthreads();
+  if (group > 0) return;
+  for (int g = 1; g < groups; ++g) {
+    const float4 y = group_sums[g - 1][column];
+    acc.x += y.x;
+    acc.y += y.y;
+    acc.z += y.z;
+    acc.w += y.w;
+  }
   uint2 packed = make_uint2(mla::PackBf16(acc.x, acc.y), mla::PackBf16(acc.z, acc.w));
-  *reinterpret_cast<uint2*>(p.out + at * kMlaLatentDim + d) = packed;
-  if (threadIdx.x == 0) p.lse[at] = total_lse;
+  *reinterpret_cast<uint2*>(p.out + at * kMlaLatentDim + 4 * column) = packed;
+  if (threadIdx.x == 0) p.lse[at] = sum == 0.0f ? -INFINITY : top + logf(sum);
 }
 
 struct Plan {
@@ -399,9 +433,10 @@ Plan PlanOf(const SparseMlaDecodeParams& p) {
   plan.head_ctas = (p.heads + cta_heads - 1) / cta_heads;
   plan.num_tiles = (p.topk + kTileTokens - 1) / kTileTokens;
   const int rows = p.batch * p.s_q;
-  plan.splits = plan.num_tiles <= 1 ? 1
-                                    : ChooseSplits(rows * plan.head_ctas, plan.num_tiles, SmCount());
-  plan.splits = plan.splits < kMaxSplits ? plan.splits : kMaxSplits;
+  plan.splits =
+      plan.num_tiles <= 1 ? 1 : ChooseSplits(rows * plan.head_ctas, plan.num_tiles, SmCount());
+  plan.splits = std::min(plan.splits, kMaxSplits);
+  if (p.max_splits > 0) plan.splits = std::min(plan.splits, p.max_splits);
   plan.tiles_per_split = (plan.num_tiles + plan.splits - 1) / plan.splits;
   if (plan.tiles_per_split > 0) {
     plan.splits = (plan.num_tiles + plan.tiles_per_split - 1) / plan.tiles_per_split;
@@ -464,7 +499,8 @@ LaunchStatus SparseMlaDecodeLaunch(const SparseMlaDecodeParams& p, void* workspa
   if (plan.splits > 1) {
     const cudaError_t combined =
         LaunchDependent(CombineSplitsKernel, dim3(static_cast<unsigned>(rows * p.heads)),
-                        dim3(kMlaLatentDim / 4), 0, stream, false, p, plan.splits,
+                        dim3(kCombineColumns * std::min(plan.splits, kCombineGroups)), 0, stream,
+                        false, p, plan.splits,
                         static_cast<const float*>(part_out), static_cast<const float*>(part_lse));
     if (combined != cudaSuccess) return LaunchStatus{combined, nullptr};
   }

@@ -23,6 +23,7 @@
 #include "kernels/common/log2_domain.h"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/mla/mla_dequant.cuh"
+#include "kernels/mla/mla_partials.cuh"
 #include "kernels/mla/sparse_mla_decode_wgmma.h"
 #include "kvpool/format/mla_latent.h"
 
@@ -227,31 +228,40 @@ __global__ void __launch_bounds__(kThreads, 1)
     s.part_sum[group][h0 + 8] = l[1];
   }
   __syncthreads();
+  float inv[2], lse[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int h = h0 + 8 * r;
-    const float sum = s.part_sum[0][h] + s.part_sum[1][h];
+    const float sum = s.part_sum[0][h0 + 8 * r] + s.part_sum[1][h0 + 8 * r];
     // sum is 0 for a head with nothing valid; NaN (kept) when a chosen token holds NaN.
-    const float inv = sum == 0.0f ? 0.0f : 1.0f / sum;
-    const float lse = sum == 0.0f ? -INFINITY : (m[r] + log2f(sum)) * kLn2;
-    const int64_t at = int64_t{row} * p.heads + head0 + h;
-    // o[4j + 2r + e]: dim 256 group + 8j + 2t + e.
-    if (part_out == nullptr) {
-      Bf16* out = p.out + at * kMlaLatentDim + kDimsPerGroup * group + 2 * t;
+    inv[r] = sum == 0.0f ? 0.0f : 1.0f / sum;
+    lse[r] = sum == 0.0f ? -INFINITY : (m[r] + log2f(sum)) * kLn2;
+  }
+  const int64_t at = int64_t{row} * p.heads + head0 + h0;  // heads h0 and h0 + 8: at, at + 8
+  const int dim = kDimsPerGroup * group + 2 * t;
+  // o[4j + 2r + e]: head h0 + 8r, dim 256 group + 8j + 2t + e.
+  if (part_out == nullptr) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      Bf16* out = p.out + (at + 8 * r) * kMlaLatentDim + dim;
 #pragma unroll
       for (int j = 0; j < 32; ++j) {
         *reinterpret_cast<uint32_t*>(out + 8 * j) =
-            mla::PackBf16(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
+            mla::PackBf16(o[4 * j + 2 * r] * inv[r], o[4 * j + 2 * r + 1] * inv[r]);
       }
-      if (group == 0 && t == 0) p.lse[at] = lse;
-    } else {
-      float* out = part_out + (at * splits + split) * kMlaLatentDim + kDimsPerGroup * group + 2 * t;
+      if (group == 0 && t == 0) p.lse[at + 8 * r] = lse[r];
+    }
+  } else {
+    float* upper = part_out + (at * splits + split) * kMlaLatentDim + dim;
+    float* lower = upper + 8 * splits * kMlaLatentDim;
 #pragma unroll
-      for (int j = 0; j < 32; ++j) {
-        *reinterpret_cast<float2*>(out + 8 * j) =
-            make_float2(o[4 * j + 2 * r] * inv, o[4 * j + 2 * r + 1] * inv);
-      }
-      if (group == 0 && t == 0) part_lse[at * splits + split] = lse;
+    for (int j = 0; j < 32; ++j) {
+      mla::StoreRowPairs(upper + 8 * j, lower + 8 * j, t,
+                         make_float2(o[4 * j] * inv[0], o[4 * j + 1] * inv[0]),
+                         make_float2(o[4 * j + 2] * inv[1], o[4 * j + 3] * inv[1]));
+    }
+    if (group == 0 && t == 0) {
+      part_lse[at * splits + split] = lse[0];
+      part_lse[(at + 8) * splits + split] = lse[1];
     }
   }
 }

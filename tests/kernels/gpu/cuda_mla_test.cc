@@ -147,22 +147,31 @@ TEST_F(CudaMlaTest, TopkPositionsBecomeTheirSlots) {
   EXPECT_EQ(Down<int32_t>(d_slots, want.size()), want);
 }
 
-// The outputs and log-sum-exps of decoding `rows` query rows (s_q 1) of `heads` heads: q
-// [rows, heads, 576], row r's top-k slots[r · topk, (r + 1) · topk) (-1 unused), on the GPU or by
-// the reference.
+// What to decode: q [batch, s_q, heads, 576], row r's top-k slots[r · topk, (r + 1) · topk) (-1
+// unused), with the top-k split over at most max_splits CTAs (0: as the launcher plans).
+struct DecodeShape {
+  int batch = 1;
+  int s_q = 1;
+  int heads = 0;
+  int max_splits = 0;
+};
+// The outputs and log-sum-exps of a decode, on the GPU or by the reference.
 enum class Decoder { kReference, kGpu };
 struct MlaDecodeRun {
   std::vector<Bf16> out;
   std::vector<float> lse;
 };
 MlaDecodeRun Decode(Decoder decoder, const MlaArena& arena, const DeviceBuffer& d_arena,
-                    const std::vector<Bf16>& q, const std::vector<int32_t>& slots, int rows,
-                    int heads) {
+                    const std::vector<Bf16>& q, const std::vector<int32_t>& slots,
+                    DecodeShape shape) {
+  const int rows = shape.batch * shape.s_q;
   const int topk = static_cast<int>(slots.size()) / rows;
-  MlaDecodeRun run{std::vector<Bf16>(size_t(rows) * heads * 512), std::vector<float>(rows * heads)};
+  MlaDecodeRun run{std::vector<Bf16>(size_t(rows) * shape.heads * 512),
+                   std::vector<float>(size_t(rows) * shape.heads)};
   SparseMlaDecodeParams p{.cache = arena.cache, .q = q.data(), .slots = slots.data(),
-                          .batch = rows, .s_q = 1, .heads = heads, .topk = topk,
-                          .softmax_scale = kDeepSeekV32SoftmaxScale,
+                          .batch = shape.batch, .s_q = shape.s_q, .heads = shape.heads,
+                          .topk = topk, .softmax_scale = kDeepSeekV32SoftmaxScale,
+                          .max_splits = shape.max_splits,
                           .out = run.out.data(), .lse = run.lse.data()};
   if (decoder == Decoder::kReference) {
     EXPECT_TRUE(SparseMlaDecodeRef(p).ok());
@@ -207,7 +216,8 @@ TEST_F(CudaMlaTest, SparseDecodeOfOneTokenGivesEveryCodesValue) {
     std::vector<int32_t> slots(tokens * 2, -1);
     for (int t = 0; t < tokens; ++t) slots[2 * t + 1] = t;
     const std::vector<Bf16> q = RandomBf16(rng_, size_t(tokens) * heads * 576, 0.01f);
-    const MlaDecodeRun run = Decode(Decoder::kGpu, arena, d_arena, q, slots, tokens, heads);
+    const MlaDecodeRun run =
+        Decode(Decoder::kGpu, arena, d_arena, q, slots, {.batch = tokens, .heads = heads});
     for (int t = 0; t < tokens; ++t) {
       const uint8_t* entry = arena.cache.LatentOfSlot(t);
       for (int i = 0; i < 512; ++i) {
@@ -248,8 +258,9 @@ TEST_F(CudaMlaTest, SparseDecodeKeepsANanCodeOfAChosenToken) {
   for (int heads : {16, 64}) {
     const std::vector<int32_t> slots = {3, 40, -1, 17, 3, 40};  // row 1 chooses the NaN token
     const std::vector<Bf16> q = RandomBf16(rng_, size_t(2) * heads * 576, 0.1f);
-    const MlaDecodeRun ref = Decode(Decoder::kReference, arena, d_arena, q, slots, 2, heads);
-    const MlaDecodeRun gpu = Decode(Decoder::kGpu, arena, d_arena, q, slots, 2, heads);
+    const DecodeShape shape{.batch = 2, .heads = heads};
+    const MlaDecodeRun ref = Decode(Decoder::kReference, arena, d_arena, q, slots, shape);
+    const MlaDecodeRun gpu = Decode(Decoder::kGpu, arena, d_arena, q, slots, shape);
     for (int h = 0; h < 2 * heads; ++h) {
       const bool nan_row = h >= heads;
       SCOPED_TRACE(::testing::Message() << heads << " heads, output row " << h);
@@ -286,8 +297,9 @@ TEST_F(CudaMlaTest, SparseDecodeOfAnInfiniteTileScaleFollowsTheReference) {
     for (int h = 0; h < heads; ++h) {
       for (int i = 0; i < 512; ++i) q[h * 576 + i] = Bf16FromFloat(i / 128 == 1 ? -0.01f : 0.02f);
     }
-    const MlaDecodeRun ref = Decode(Decoder::kReference, arena, d_arena, q, slots, 1, heads);
-    const MlaDecodeRun gpu = Decode(Decoder::kGpu, arena, d_arena, q, slots, 1, heads);
+    const DecodeShape shape{.batch = 1, .heads = heads};
+    const MlaDecodeRun ref = Decode(Decoder::kReference, arena, d_arena, q, slots, shape);
+    const MlaDecodeRun gpu = Decode(Decoder::kGpu, arena, d_arena, q, slots, shape);
     for (int h = 0; h < heads; ++h) {
       SCOPED_TRACE(::testing::Message() << heads << " heads, head " << h);
       ASSERT_TRUE(std::isfinite(ref.lse[h])) << "the reference";
@@ -301,91 +313,96 @@ TEST_F(CudaMlaTest, SparseDecodeOfAnInfiniteTileScaleFollowsTheReference) {
   }
 }
 
-TEST_F(CudaMlaTest, SparseDecodeMatchesTheReference) {
-  MlaArena arena(40, 48);  // 1,920 slots; the unused ones stay NaN bytes
-  const size_t filled = 1200;
-  const std::vector<int64_t> written = DistinctSlots(rng_, arena.slots(), filled);
-  {
-    std::vector<Bf16> latent = RandomBf16(rng_, filled * 512, 1.0f);
-    std::vector<Bf16> rope = RandomBf16(rng_, filled * 64, 1.0f);
+// 1,200 random tokens written into 1,920 slots (blocks of 48; the unused slots stay NaN bytes),
+// on the device too, and how far bf16 rounding may move a decode over them from the reference.
+struct WrittenArena {
+  explicit WrittenArena(std::mt19937_64& rng) : arena(40, 48) {
+    const size_t filled = 1200;
+    written = DistinctSlots(rng, arena.slots(), filled);
+    std::vector<Bf16> latent = RandomBf16(rng, filled * 512, 1.0f);
+    std::vector<Bf16> rope = RandomBf16(rng, filled * 64, 1.0f);
     MlaCacheWriteParams w{.cache = arena.cache, .latent = latent.data(), .rope = rope.data(),
                           .slots = written.data(), .num_tokens = static_cast<int32_t>(filled)};
-    ASSERT_TRUE(MlaCacheWriteRef(w).ok());
+    EXPECT_TRUE(MlaCacheWriteRef(w).ok());
+    d_arena = Up(arena.host);
+    // The kernel rounds K to bf16 for the tensor cores (as FlashMLA does), so a score may be off
+    // by 2^-9 · softmax_scale · Σ|q_i k_i| <= 2^-9 · softmax_scale · |q| · |k|: the lse by as
+    // much. Rounding V (the latent) and the softmax weights to bf16 moves an output by up to
+    // 2^-8 · Σ_t w_t |v_t| <= 2^-8 · max |v|.
+    double v_max = 0;
+    for (int64_t slot : written) {
+      float token[576];
+      DecodeMlaToken(arena.cache.LatentOfSlot(slot), token);
+      double n2 = 0;
+      for (float x : token) n2 += double(x) * x;
+      k_norm = std::max(k_norm, std::sqrt(n2));
+      for (int i = 0; i < 512; ++i) v_max = std::max(v_max, double(std::fabs(token[i])));
+    }
+    bf16_v = static_cast<float>(std::ldexp(v_max, -8));
   }
-  DeviceBuffer d_arena = Up(arena.host);
-  // The kernel rounds K to bf16 for the tensor cores (as FlashMLA does), so a score may be off by
-  // 2^-9 · softmax_scale · Σ|q_i k_i| <= 2^-9 · softmax_scale · |q| · |k|: the lse by as much.
-  // Rounding V (the latent) and the softmax weights to bf16 moves an output by up to
-  // 2^-8 · Σ_t w_t |v_t| <= 2^-8 · max |v|.
-  double k_norm = 0, v_max = 0;
-  for (int64_t slot : written) {
-    float token[576];
-    DecodeMlaToken(arena.cache.LatentOfSlot(slot), token);
-    double n2 = 0;
-    for (float x : token) n2 += double(x) * x;
-    k_norm = std::max(k_norm, std::sqrt(n2));
-    for (int i = 0; i < 512; ++i) v_max = std::max(v_max, double(std::fabs(token[i])));
+
+  // `rows` rows of `topk` slots of written tokens, every fifth -1, row 1 with none valid.
+  std::vector<int32_t> Slots(std::mt19937_64& rng, int rows, int topk) const {
+    std::vector<int32_t> slots(size_t(rows) * topk, -1);
+    for (int r = 0; r < rows; ++r) {
+      if (r == 1) continue;
+      std::vector<int64_t> pick = written;
+      std::shuffle(pick.begin(), pick.end(), rng);
+      for (int k = 0; k < topk; ++k) {
+        if (k % 5 != 3) slots[size_t(r) * topk + k] = static_cast<int32_t>(pick[k]);
+      }
+    }
+    return slots;
   }
-  const float bf16_v = static_cast<float>(std::ldexp(v_max, -8));
+
+  // The GPU's decode of q against the reference's, within the bounds above.
+  void ExpectNearTheReference(const std::vector<Bf16>& q, const MlaDecodeRun& ref,
+                              const MlaDecodeRun& gpu) const {
+    for (size_t h = 0; h < ref.lse.size(); ++h) {
+      if (std::isinf(ref.lse[h])) {
+        ASSERT_EQ(gpu.lse[h], ref.lse[h]) << "head " << h;
+      } else {
+        double q_norm = 0;
+        for (int i = 0; i < 576; ++i) {
+          q_norm += double(Bf16ToFloat(q[h * 576 + i])) * Bf16ToFloat(q[h * 576 + i]);
+        }
+        const double bf16_k =
+            std::ldexp(1.0, -9) * kDeepSeekV32SoftmaxScale * std::sqrt(q_norm) * k_norm;
+        ASSERT_NEAR(gpu.lse[h], ref.lse[h],
+                    1e-4f * std::max(1.0f, std::fabs(ref.lse[h])) + bf16_k)
+            << "head " << h;
+      }
+      for (int i = 0; i < 512; ++i) {
+        const float want = Bf16ToFloat(ref.out[h * 512 + i]);
+        const float got = Bf16ToFloat(gpu.out[h * 512 + i]);
+        // Float sums against double ones, both rounded to bf16 once (a bf16 step or two), and
+        // the bf16 rounding of V and of the weights.
+        ASSERT_NEAR(got, want, 1.6e-2f * std::fabs(want) + 2e-3f + bf16_v)
+            << "head " << h << ", dim " << i;
+      }
+    }
+  }
+
+  MlaArena arena;
+  std::vector<int64_t> written;
+  DeviceBuffer d_arena;
+  double k_norm = 0;
+  float bf16_v = 0;
+};
+
+TEST_F(CudaMlaTest, SparseDecodeMatchesTheReference) {
+  const WrittenArena w(rng_);
   for (int heads : {16, 32, 64, 128}) {
     for (int s_q : {1, 2}) {
       for (int topk : {1, 37, 512, 1100}) {  // one tile, a partial one, split across CTAs
-        const int batch = 3;
-        const int rows = batch * s_q;
-        std::vector<int32_t> slots(size_t(rows) * topk, -1);
-        for (int r = 0; r < rows; ++r) {
-          if (r == 1) continue;  // a row with no valid slot
-          std::vector<int64_t> pick = written;
-          std::shuffle(pick.begin(), pick.end(), rng_);
-          for (int k = 0; k < topk; ++k) {
-            if (k % 5 != 3) slots[size_t(r) * topk + k] = static_cast<int32_t>(pick[k]);
-          }
-        }
+        const DecodeShape shape{.batch = 3, .s_q = s_q, .heads = heads};
+        const int rows = shape.batch * s_q;
+        const std::vector<int32_t> slots = w.Slots(rng_, rows, topk);
         const std::vector<Bf16> q = RandomBf16(rng_, size_t(rows) * heads * 576, 0.15f);
-        const size_t outs = size_t(rows) * heads;
-        std::vector<Bf16> ref_out(outs * 512);
-        std::vector<float> ref_lse(outs);
-        SparseMlaDecodeParams p{.cache = arena.cache, .q = q.data(), .slots = slots.data(),
-                                .batch = batch, .s_q = s_q, .heads = heads, .topk = topk,
-                                .softmax_scale = kDeepSeekV32SoftmaxScale,
-                                .out = ref_out.data(), .lse = ref_lse.data()};
-        ASSERT_TRUE(SparseMlaDecodeRef(p).ok());
-        DeviceBuffer d_q = Up(q), d_slots = Up(slots);
-        DeviceBuffer d_out = Up(std::vector<Bf16>(outs * 512)), d_lse = Up(std::vector<float>(outs));
-        SparseMlaDecodeParams d = p;
-        d.cache = arena.On(d_arena);
-        d.q = d_q.get<Bf16>();
-        d.slots = d_slots.get<int32_t>();
-        d.out = d_out.get<Bf16>();
-        d.lse = d_lse.get<float>();
-        CudaWorkspace workspace;
-        ASSERT_TRUE(SparseMlaDecodeCuda(d, workspace, nullptr).ok());
-        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-        const std::vector<Bf16> out = Down<Bf16>(d_out, outs * 512);
-        const std::vector<float> lse = Down<float>(d_lse, outs);
         SCOPED_TRACE(::testing::Message() << heads << " heads, s_q " << s_q << ", top-" << topk);
-        for (size_t h = 0; h < outs; ++h) {
-          if (std::isinf(ref_lse[h])) {
-            ASSERT_EQ(lse[h], ref_lse[h]) << "head " << h;
-          } else {
-            double q_norm = 0;
-            for (int i = 0; i < 576; ++i) {
-              q_norm += double(Bf16ToFloat(q[h * 576 + i])) * Bf16ToFloat(q[h * 576 + i]);
-            }
-            const double bf16_k = std::ldexp(1.0, -9) * kDeepSeekV32SoftmaxScale *
-                                  std::sqrt(q_norm) * k_norm;
-            ASSERT_NEAR(lse[h], ref_lse[h], 1e-4f * std::max(1.0f, std::fabs(ref_lse[h])) + bf16_k)
-                << "head " << h;
-          }
-          for (int i = 0; i < 512; ++i) {
-            const float want = Bf16ToFloat(ref_out[h * 512 + i]);
-            const float got = Bf16ToFloat(out[h * 512 + i]);
-            // Float sums against double ones, both rounded to bf16 once (a bf16 step or two),
-            // and the bf16 rounding of V and of the weights.
-            ASSERT_NEAR(got, want, 1.6e-2f * std::fabs(want) + 2e-3f + bf16_v)
-                << "head " << h << ", dim " << i;
-          }
-        }
+        w.ExpectNearTheReference(
+            q, Decode(Decoder::kReference, w.arena, w.d_arena, q, slots, shape),
+            Decode(Decoder::kGpu, w.arena, w.d_arena, q, slots, shape));
       }
     }
   }
@@ -394,6 +411,26 @@ TEST_F(CudaMlaTest, SparseDecodeMatchesTheReference) {
   CudaWorkspace workspace;
   EXPECT_EQ(SparseMlaDecodeCuda(odd, workspace, nullptr).code(), absl::StatusCode::kUnimplemented)
       << "24 heads is not a multiple of 16";
+}
+
+// One row's top-k cut into 1 to 18 splits, each count merged by the combining kernel with its
+// own number of split groups, in both kernels.
+TEST_F(CudaMlaTest, SparseDecodeOfEverySplitCountMatchesTheReference) {
+  const WrittenArena w(rng_);
+  const int topk = 1100;  // 18 tiles
+  for (int heads : {32, 128}) {
+    const std::vector<int32_t> slots = w.Slots(rng_, 1, topk);
+    const std::vector<Bf16> q = RandomBf16(rng_, size_t(heads) * 576, 0.15f);
+    const MlaDecodeRun ref =
+        Decode(Decoder::kReference, w.arena, w.d_arena, q, slots, {.heads = heads});
+    for (int max_splits : {1, 2, 3, 4, 5, 7, 18}) {
+      SCOPED_TRACE(::testing::Message() << heads << " heads, at most " << max_splits << " splits");
+      w.ExpectNearTheReference(
+          q, ref,
+          Decode(Decoder::kGpu, w.arena, w.d_arena, q, slots,
+                 {.heads = heads, .max_splits = max_splits}));
+    }
+  }
 }
 
 }  // namespace
