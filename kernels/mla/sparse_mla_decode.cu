@@ -329,13 +329,15 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (warp == 0 && t == 0) p.lse[at + 8 * r] = lse[r];
       }
     } else {
-      float* upper = part_out + (at * splits + split) * kMlaLatentDim + dim;
-      float* lower = upper + 8 * splits * kMlaLatentDim;
+      const bool upper = mla::StoresUpperRow(t);
+      const float scale = upper ? inv[0] : inv[1];
+      float* out = part_out + ((at + (upper ? 0 : 8)) * splits + split) * kMlaLatentDim + dim -
+                   (upper ? 0 : 2);
 #pragma unroll
       for (int n = 0; n < kDimTiles; ++n) {
-        mla::StoreRowPairs(upper + 8 * n, lower + 8 * n, t,
-                           make_float2(o[ht][n][0] * inv[0], o[ht][n][1] * inv[0]),
-                           make_float2(o[ht][n][2] * inv[1], o[ht][n][3] * inv[1]));
+        const float4 v = mla::SwapRowPairs(t, make_float2(o[ht][n][0], o[ht][n][1]),
+                                           make_float2(o[ht][n][2], o[ht][n][3]));
+        *reinterpret_cast<float4*>(out + 8 * n) = mla::Scaled(v, scale);
       }
       if (warp == 0 && t == 0) {
         part_lse[at * splits + split] = lse[0];

@@ -251,13 +251,15 @@ __global__ void __launch_bounds__(kThreads, 1)
       if (group == 0 && t == 0) p.lse[at + 8 * r] = lse[r];
     }
   } else {
-    float* upper = part_out + (at * splits + split) * kMlaLatentDim + dim;
-    float* lower = upper + 8 * splits * kMlaLatentDim;
+    const bool upper = mla::StoresUpperRow(t);
+    const float scale = upper ? inv[0] : inv[1];
+    float* out = part_out + ((at + (upper ? 0 : 8)) * splits + split) * kMlaLatentDim + dim -
+                 (upper ? 0 : 2);
 #pragma unroll
     for (int j = 0; j < 32; ++j) {
-      mla::StoreRowPairs(upper + 8 * j, lower + 8 * j, t,
-                         make_float2(o[4 * j] * inv[0], o[4 * j + 1] * inv[0]),
-                         make_float2(o[4 * j + 2] * inv[1], o[4 * j + 3] * inv[1]));
+      const float4 v = mla::SwapRowPairs(t, make_float2(o[4 * j], o[4 * j + 1]),
+                                         make_float2(o[4 * j + 2], o[4 * j + 3]));
+      *reinterpret_cast<float4*>(out + 8 * j) = mla::Scaled(v, scale);
     }
     if (group == 0 && t == 0) {
       part_lse[at * splits + split] = lse[0];

@@ -212,7 +212,7 @@ TEST_F(CudaMlaTest, SparseDecodeOfOneTokenGivesEveryCodesValue) {
     std::memcpy(entry + kMlaRopeOffset, rope.data(), 128);
   }
   DeviceBuffer d_arena = Up(arena.host);
-  for (int heads : {16, 64}) {
+  for (int heads : {16, 64, 128}) {
     std::vector<int32_t> slots(tokens * 2, -1);
     for (int t = 0; t < tokens; ++t) slots[2 * t + 1] = t;
     const std::vector<Bf16> q = RandomBf16(rng_, size_t(tokens) * heads * 576, 0.01f);
@@ -255,7 +255,7 @@ TEST_F(CudaMlaTest, SparseDecodeKeepsANanCodeOfAChosenToken) {
   ASSERT_TRUE(MlaCacheWriteRef(w).ok());
   ASSERT_EQ(arena.cache.LatentOfSlot(17)[300], kE4m3NanCode);
   DeviceBuffer d_arena = Up(arena.host);
-  for (int heads : {16, 64}) {
+  for (int heads : {16, 64, 128}) {
     const std::vector<int32_t> slots = {3, 40, -1, 17, 3, 40};  // row 1 chooses the NaN token
     const std::vector<Bf16> q = RandomBf16(rng_, size_t(2) * heads * 576, 0.1f);
     const DecodeShape shape{.batch = 2, .heads = heads};
@@ -291,7 +291,7 @@ TEST_F(CudaMlaTest, SparseDecodeOfAnInfiniteTileScaleFollowsTheReference) {
   std::memcpy(infinite + kMlaScalesOffset, scales, sizeof(scales));
   std::memset(infinite + kMlaRopeOffset, 0, 128);
   DeviceBuffer d_arena = Up(arena.host);
-  for (int heads : {16, 64}) {
+  for (int heads : {16, 64, 128}) {
     const std::vector<int32_t> slots = {5, 9};
     std::vector<Bf16> q(size_t(heads) * 576, Bf16FromFloat(0.0f));
     for (int h = 0; h < heads; ++h) {
