@@ -11,6 +11,8 @@
 
 #include <cstdint>
 
+#include "kvpool/format/mla_latent.h"
+
 namespace kvp::mla {
 
 // Whether lane t stores the upper row's dims (else the lower's, starting two dims earlier).
@@ -23,6 +25,16 @@ __device__ __forceinline__ float4 SwapRowPairs(int t, float2 upper, float2 lower
   const float2 send = keeps_upper ? lower : upper;
   const float x = __shfl_xor_sync(~0u, send.x, 1), y = __shfl_xor_sync(~0u, send.y, 1);
   return keeps_upper ? make_float4(upper.x, upper.y, x, y) : make_float4(x, y, lower.x, lower.y);
+}
+
+// Where lane t's stores of split `split` start in part_out[(row · splits + split) · 512 + d]: the
+// upper row `row` (even t) or the lower row + 8 (odd t, two dims earlier), at the lane's dim `dim`
+// = its fragment's first column (then every 8 dims).
+__device__ __forceinline__ float* PartialStores(float* part_out, int64_t row, int splits,
+                                                int split, int dim, int t) {
+  const bool upper = StoresUpperRow(t);
+  return part_out + ((row + (upper ? 0 : 8)) * splits + split) * kMlaLatentDim + dim -
+         (upper ? 0 : 2);
 }
 
 __device__ __forceinline__ float4 Scaled(float4 v, float s) {

@@ -329,10 +329,8 @@ __global__ void __launch_bounds__(kThreads, 1)
         if (warp == 0 && t == 0) p.lse[at + 8 * r] = lse[r];
       }
     } else {
-      const bool upper = mla::StoresUpperRow(t);
-      const float scale = upper ? inv[0] : inv[1];
-      float* out = part_out + ((at + (upper ? 0 : 8)) * splits + split) * kMlaLatentDim + dim -
-                   (upper ? 0 : 2);
+      const float scale = mla::StoresUpperRow(t) ? inv[0] : inv[1];
+      float* out = mla::PartialStores(part_out, at, splits, split, dim, t);
 #pragma unroll
       for (int n = 0; n < kDimTiles; ++n) {
         const float4 v = mla::SwapRowPairs(t, make_float2(o[ht][n][0], o[ht][n][1]),
