@@ -355,7 +355,8 @@ struct WrittenArena {
     return slots;
   }
 
-  // The GPU's decode of q against the reference's, within the bounds above.
+  // The GPU's decode of q against the reference's, within the bounds above (fatal failures
+  // return from here: callers wrap it in ASSERT_NO_FATAL_FAILURE).
   void ExpectNearTheReference(const std::vector<Bf16>& q, const MlaDecodeRun& ref,
                               const MlaDecodeRun& gpu) const {
     for (size_t h = 0; h < ref.lse.size(); ++h) {
@@ -400,9 +401,9 @@ TEST_F(CudaMlaTest, SparseDecodeMatchesTheReference) {
         const std::vector<int32_t> slots = w.Slots(rng_, rows, topk);
         const std::vector<Bf16> q = RandomBf16(rng_, size_t(rows) * heads * 576, 0.15f);
         SCOPED_TRACE(::testing::Message() << heads << " heads, s_q " << s_q << ", top-" << topk);
-        w.ExpectNearTheReference(
+        ASSERT_NO_FATAL_FAILURE(w.ExpectNearTheReference(
             q, Decode(Decoder::kReference, w.arena, w.d_arena, q, slots, shape),
-            Decode(Decoder::kGpu, w.arena, w.d_arena, q, slots, shape));
+            Decode(Decoder::kGpu, w.arena, w.d_arena, q, slots, shape)));
       }
     }
   }
@@ -425,10 +426,10 @@ TEST_F(CudaMlaTest, SparseDecodeOfEverySplitCountMatchesTheReference) {
         Decode(Decoder::kReference, w.arena, w.d_arena, q, slots, {.heads = heads});
     for (int max_splits : {1, 2, 3, 4, 5, 7, 18}) {
       SCOPED_TRACE(::testing::Message() << heads << " heads, at most " << max_splits << " splits");
-      w.ExpectNearTheReference(
+      ASSERT_NO_FATAL_FAILURE(w.ExpectNearTheReference(
           q, ref,
           Decode(Decoder::kGpu, w.arena, w.d_arena, q, slots,
-                 {.heads = heads, .max_splits = max_splits}));
+                 {.heads = heads, .max_splits = max_splits})));
     }
   }
 }
