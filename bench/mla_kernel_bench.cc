@@ -21,8 +21,8 @@ namespace {
 using testing::RandomBf16;
 
 // One DeepSeek-V3.2 decode layer at batch 1 over an MLA pool's layer of `tokens` tokens: indexer
-// logits (64 heads) -> top-2048 (positions and slots) -> sparse MLA decode of 128 heads, the
-// kernels a worker runs per layer, timed together.
+// logits (64 heads) -> top-2048 -> their slots -> sparse MLA decode of 128 heads, the four kernels
+// a worker runs per layer, timed together.
 absl::Status MeasureMlaDecodeLayer(cudaStream_t stream, int64_t tokens, std::mt19937_64& rng,
                                    KernelReport& report) {
   const int block = 64, heads = 128, topk = 2048;
@@ -68,11 +68,14 @@ absl::Status MeasureMlaDecodeLayer(cudaStream_t stream, int64_t tokens, std::mt1
                                         .lengths = d_len.get<int32_t>(),
                                         .indices = positions.get<int32_t>(),
                                         .scores_stride = static_cast<int32_t>(tokens),
-                                        .num_rows = 1, .k = topk,
-                                        .slots = selected.get<int32_t>(),
-                                        .block_tables = d_table.get<int32_t>(),
-                                        .block_table_stride = blocks, .block_size = block},
+                                        .num_rows = 1, .k = topk},
                              topk_ws, stream));
+    RETURN_IF_ERROR(SlotsOfPositionsCuda(
+        SlotsOfPositionsParams{.positions = positions.get<int32_t>(),
+                               .block_tables = d_table.get<int32_t>(),
+                               .block_table_stride = blocks, .block_size = block,
+                               .slots = selected.get<int32_t>(), .rows = 1, .k = topk},
+        stream));
     return SparseMlaDecodeCuda(
         SparseMlaDecodeParams{.cache = cache, .q = q.get<Bf16>(), .slots = selected.get<int32_t>(),
                               .batch = 1, .s_q = 1, .heads = heads, .topk = topk,

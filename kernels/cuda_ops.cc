@@ -49,6 +49,10 @@ absl::Status MlaCacheWriteCuda(const MlaCacheWriteParams& p, cudaStream_t stream
   return LaunchToStatus(MlaCacheWriteLaunch(p, stream), "MLA cache write");
 }
 
+absl::Status SlotsOfPositionsCuda(const SlotsOfPositionsParams& p, cudaStream_t stream) {
+  return LaunchToStatus(SlotsOfPositionsLaunch(p, stream), "top-k slots");
+}
+
 absl::Status SparseMlaDecodeCuda(const SparseMlaDecodeParams& p, CudaWorkspace& workspace,
                                  cudaStream_t stream) {
   return LaunchWithWorkspace(

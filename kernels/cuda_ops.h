@@ -38,6 +38,8 @@ class CudaWorkspace {
 
 absl::Status CacheWriteCuda(const CacheWriteParams& p, cudaStream_t stream);
 absl::Status MlaCacheWriteCuda(const MlaCacheWriteParams& p, cudaStream_t stream);
+// REQUIRES: positions from top-k over these block tables.
+absl::Status SlotsOfPositionsCuda(const SlotsOfPositionsParams& p, cudaStream_t stream);
 absl::Status SparseMlaDecodeCuda(const SparseMlaDecodeParams& p, CudaWorkspace& workspace,
                                  cudaStream_t stream);
 absl::Status PagedDecodeCuda(const PagedDecodeParams& p, CudaWorkspace& workspace,

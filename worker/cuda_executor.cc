@@ -319,23 +319,25 @@ absl::Status CudaExecutor::Attend(int layer, const LayerCache& cache, const Deco
                           .num_seqs = b.n,
                           .num_heads = kIndexHeads},
       stream_));
-  // An MLA pool's decode reads the selection as slots, which the top-k writes beside it.
-  const bool mla = ctx_.spec.mla();
   RETURN_IF_ERROR(TopkCuda(TopkParams{.scores = logits,
                                       .lengths = b.lens,
                                       .indices = topk,
                                       .scores_stride = b.batch.max_len,
                                       .num_rows = b.n,
-                                      .k = k,
-                                      .slots = mla ? b.mla_slots : nullptr,
-                                      .block_tables = b.tables,
-                                      .block_table_stride = b.batch.stride,
-                                      .block_size = cache.block_size},
+                                      .k = k},
                            kernel_ws_, stream_));
-  if (!mla) {
+  if (!ctx_.spec.mla()) {
     return SparseDecodeCuda(SparseDecodeParams{.attn = attn, .indices = topk, .topk = k},
                             kernel_ws_, stream_);
   }
+  RETURN_IF_ERROR(SlotsOfPositionsCuda(SlotsOfPositionsParams{.positions = topk,
+                                                              .block_tables = b.tables,
+                                                              .block_table_stride = b.batch.stride,
+                                                              .block_size = cache.block_size,
+                                                              .slots = b.mla_slots,
+                                                              .rows = b.n,
+                                                              .k = k},
+                                       stream_));
   const size_t heads = static_cast<size_t>(b.n) * ctx_.model.num_q_heads;
   return SparseMlaDecodeCuda(
       SparseMlaDecodeParams{.cache = cache,

@@ -130,12 +130,15 @@ absl::StatusOr<std::vector<DecodeStepResult>> HostExecutor::Decode(const DecodeW
                                          .indices = indices.data(),
                                          .scores_stride = max_len,
                                          .num_rows = n,
-                                         .k = k,
-                                         .slots = mla ? mla_slots.data() : nullptr,
-                                         .block_tables = tables,
-                                         .block_table_stride = stride,
-                                         .block_size = cache.block_size}));
+                                         .k = k}));
       if (mla) {
+        RETURN_IF_ERROR(SlotsOfPositionsRef(SlotsOfPositionsParams{.positions = indices.data(),
+                                                                   .block_tables = tables,
+                                                                   .block_table_stride = stride,
+                                                                   .block_size = cache.block_size,
+                                                                   .slots = mla_slots.data(),
+                                                                   .rows = n,
+                                                                   .k = k}));
         RETURN_IF_ERROR(SparseMlaDecodeRef(
             SparseMlaDecodeParams{.cache = cache,
                                   .q = queries.q.data(),

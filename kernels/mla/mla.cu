@@ -1,14 +1,18 @@
-// The MLA cache write (kernels/mla/mla_params.h): a warp per two tokens. Each lane takes 16
-// consecutive values of one tile, eight lanes reduce the tile's amax (exact in any order), divide
-// by the scale without a division per value (MlaQuotient, the same quotients where the code
-// depends on them) and convert two values at a time with the hardware converter snapped as
-// E4m3FromFloat does, so the bytes match MlaCacheWriteRef bit for bit (--fmad=false for this
-// file). Sparse decode is sparse_mla_decode.cu.
+// The MLA cache write and the top-k slots (kernels/mla/mla_params.h).
+//
+// Cache write: a warp per two tokens. Each lane takes 16 consecutive values of one tile, eight
+// lanes reduce the tile's amax (exact in any order), divide by the scale without a division per value
+// (MlaQuotient, the same quotients where the code depends on them) and convert two values at a
+// time with the hardware converter snapped as E4m3FromFloat does, so the bytes match
+// MlaCacheWriteRef bit for bit (--fmad=false for this file).
+//
+// Top-k slots: a thread per selected position. Sparse decode is sparse_mla_decode.cu.
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
 
 #include "kernels/cache_write/index_key_write.cuh"
+#include "kernels/common/dependent_launch.cuh"
 #include "kernels/mla/mla_launch.h"
 #include "kvpool/format/mla_latent.h"
 
@@ -126,6 +130,18 @@ __global__ void __launch_bounds__(kWriteWarps* kWarp)
   }
 }
 
+// ---- Top-k positions to slots ----
+
+__global__ void SlotsOfPositionsKernel(SlotsOfPositionsParams p) {
+  LetDependentsLaunch();
+  WaitForPredecessor();  // the positions (the top-k), and the slots the kernel before may read
+  const int64_t i = int64_t{blockIdx.x} * blockDim.x + threadIdx.x;
+  if (i >= int64_t{p.rows} * p.k) return;
+  const int32_t pos = p.positions[i];
+  const int32_t* table = p.block_tables + (i / p.k) * p.block_table_stride;
+  p.slots[i] = pos < 0 ? -1 : static_cast<int32_t>(SlotOfPosition(table, pos, p.block_size));
+}
+
 }  // namespace
 
 LaunchStatus MlaCacheWriteLaunch(const MlaCacheWriteParams& p, cudaStream_t stream) {
@@ -143,6 +159,16 @@ LaunchStatus MlaCacheWriteLaunch(const MlaCacheWriteParams& p, cudaStream_t stre
   MlaCacheWriteKernel<<<static_cast<unsigned>(latent_ctas + index_ctas), kThreads, 0, stream>>>(
       p, latent_ctas);
   return LastLaunchError();
+}
+
+LaunchStatus SlotsOfPositionsLaunch(const SlotsOfPositionsParams& p, cudaStream_t stream) {
+  const int64_t n = int64_t{p.rows} * p.k;
+  if (n <= 0) return {};
+  constexpr int kThreads = 256;
+  return LaunchStatus{LaunchDependent(SlotsOfPositionsKernel,
+                                      dim3(static_cast<unsigned>((n + kThreads - 1) / kThreads)),
+                                      dim3(kThreads), 0, stream, false, p),
+                      nullptr};
 }
 
 }  // namespace kvp

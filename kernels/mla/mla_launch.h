@@ -13,6 +13,9 @@ namespace kvp {
 
 LaunchStatus MlaCacheWriteLaunch(const MlaCacheWriteParams& p, cudaStream_t stream);
 
+// REQUIRES: every position < 0 or inside its row's block table (what top-k selects).
+LaunchStatus SlotsOfPositionsLaunch(const SlotsOfPositionsParams& p, cudaStream_t stream);
+
 // Heads a multiple of 16 (16, 32, 64, 128); slots are not checked (the caller's top-k is). When
 // the rows are too few to fill the GPU the top-k is split across CTAs, whose partial results
 // take SparseMlaDecodeWorkspaceBytes(p) of workspace (0: none needed).

@@ -47,6 +47,18 @@ inline MlaCacheWriteParams MlaRowsWrite(const LayerCache& cache, const Bf16* row
                              .rope_stride = kMlaInputDim};
 }
 
+// Top-k positions to physical slots: what the indexer selects, through each sequence's blocks,
+// as sparse MLA decode takes it. -1 stays -1.
+struct SlotsOfPositionsParams {
+  const int32_t* positions = nullptr;     // [rows, k]; -1: none
+  const int32_t* block_tables = nullptr;  // [rows, block_table_stride]
+  int32_t block_table_stride = 0;
+  int32_t block_size = 0;
+  int32_t* slots = nullptr;               // [rows, k]
+  int32_t rows = 0;
+  int32_t k = 0;
+};
+
 struct SparseMlaDecodeParams {
   LayerCache cache;                // an MLA pool's layer
   const Bf16* q = nullptr;         // [batch, s_q, heads, 576]

@@ -51,6 +51,22 @@ absl::Status MlaCacheWriteRef(const MlaCacheWriteParams& p) {
   return absl::OkStatus();
 }
 
+absl::Status SlotsOfPositionsRef(const SlotsOfPositionsParams& p) {
+  for (int64_t row = 0; row < p.rows; ++row) {
+    const int32_t* table = p.block_tables + row * p.block_table_stride;
+    for (int64_t i = 0; i < p.k; ++i) {
+      const int32_t pos = p.positions[row * p.k + i];
+      if (pos >= int64_t{p.block_table_stride} * p.block_size) {
+        return absl::OutOfRangeError(absl::StrCat("position ", pos, " of row ", row,
+                                                  " is past its block table"));
+      }
+      p.slots[row * p.k + i] =
+          pos < 0 ? -1 : static_cast<int32_t>(SlotOfPosition(table, pos, p.block_size));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SparseMlaDecodeRef(const SparseMlaDecodeParams& p) {
   if (p.batch < 0 || p.s_q < 1 || p.heads < 1 || p.topk < 0) {
     return absl::InvalidArgumentError(absl::StrCat("sparse MLA decode of batch ", p.batch, ", s_q ",

@@ -12,6 +12,7 @@ namespace kvp {
 absl::Status MlaCacheWriteRef(const MlaCacheWriteParams& p);
 
 // OUT_OF_RANGE for a position past its row's block table (top-k selects inside the sequence).
+absl::Status SlotsOfPositionsRef(const SlotsOfPositionsParams& p);
 
 // OUT_OF_RANGE for a slot outside [-1, the arena's slots); INVALID_ARGUMENT for a row naming a
 // slot twice, or shapes that are not positive. Sums in double, output rounded to bf16 once.

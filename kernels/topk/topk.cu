@@ -7,8 +7,7 @@
 // every CTA is resident. A CTA reads its slice once: each thread keeps the keys of 8 (or 16)
 // consecutive elements in registers for all passes. A pass stops the search early when the bin it
 // chose holds exactly the keys still needed (often after two passes when scores are distinct): that
-// bin is taken whole. With a block table (TopkParams.slots) the compaction writes each selected
-// position's slot beside it, so sparse MLA decode reads the selection with no kernel in between.
+// bin is taken whole.
 //
 // The third pass, with its barrier, is seldom needed. The second pass writes each CTA's candidates
 // (its keys that share the k-th largest key's first digit) to global memory sorted by their second
@@ -32,7 +31,6 @@
 #include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/work_split.h"
 #include "kernels/topk/topk_launch.h"
-#include "kvpool/layout/layer_cache.h"
 
 namespace kvp {
 namespace {
@@ -201,37 +199,6 @@ __device__ __forceinline__ void StoreSuffixCounts(const uint32_t* bins, uint32_t
   }
 }
 
-// Where one thread's positions [first, first + n) lie (TopkParams.slots): the table entries of its
-// first and last position are read before the search, so writing a slot waits on nothing; an entry
-// between them (blocks shorter than a thread's positions) is read when it is written.
-class ThreadSlots {
- public:
-  __device__ ThreadSlots(const TopkParams& p, int row, int32_t first, int32_t n) {
-    if (p.slots == nullptr || n <= 0) return;
-    table_ = p.block_tables + int64_t{row} * p.block_table_stride;
-    blocks_ = p.block_table_stride;
-    block_size_ = p.block_size;
-    first_block_ = first / block_size_;
-    last_block_ = (first + n - 1) / block_size_;
-    first_entry_ = first_block_ < blocks_ ? table_[first_block_] : 0;
-    last_entry_ = last_block_ < blocks_ ? table_[last_block_] : 0;
-  }
-  // The slot of `pos`, one of this thread's positions; -1 past the table.
-  __device__ int32_t Of(int32_t pos) const {
-    const int32_t block = pos / block_size_;
-    if (block >= blocks_) return -1;
-    const int32_t entry = block == first_block_  ? first_entry_
-                          : block == last_block_ ? last_entry_
-                                                 : table_[block];
-    return static_cast<int32_t>(int64_t{entry} * block_size_ + pos % block_size_);
-  }
-
- private:
-  const int32_t* table_ = nullptr;
-  int32_t blocks_ = 0, block_size_ = 1;
-  int32_t first_block_ = 0, last_block_ = 0, first_entry_ = 0, last_entry_ = 0;
-};
-
 // The search's state, shared by a CTA's threads. Keys whose masked bits equal `prefix` are still
 // candidates; k_rem of them are to be taken.
 struct SearchState {
@@ -368,7 +335,6 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
   const int32_t my_begin = begin + static_cast<int32_t>(threadIdx.x) * kPerThread;
   uint32_t keys[kPerThread];
   LoadKeys<kPerThread>(scores, my_begin, end, vector_loads, keys);
-  const ThreadSlots slots(p, row, my_begin, min(kPerThread, end - my_begin));
   if (threadIdx.x == 0) {
     s.prefix = 0;
     s.mask = 0;
@@ -558,29 +524,22 @@ __global__ void __launch_bounds__(kThreads, 1024 / kThreads)
   uint32_t unused;
   const uint32_t out_before_me = BlockExclusiveScan<kThreads>(gt + ties_taken, &unused);
   int32_t* out = p.indices + int64_t{row} * p.k;
-  int32_t* out_slots = p.slots != nullptr ? p.slots + int64_t{row} * p.k : nullptr;
-  auto select = [&](uint32_t at, int32_t position) {
-    out[at] = position;
-    if (out_slots != nullptr) out_slots[at] = slots.Of(position);
-  };
   uint32_t pos = gt_before + min(eq_before, need) + out_before_me;
   uint32_t rank = tie_rank0;
 #pragma unroll
   for (int j = 0; j < kPerThread; ++j) {
     const uint32_t masked = keys[j] & mask;
     if (masked > threshold) {
-      select(pos++, my_begin + j);
+      out[pos++] = my_begin + j;
     } else if (masked == threshold && keys[j] != 0u) {
-      if (rank < need) select(pos++, my_begin + j);
+      if (rank < need) out[pos++] = my_begin + j;
       ++rank;
     }
   }
   // Unless there were fewer valid keys than k, the search found the k-th: k are selected.
   if (cta == layout.ctas_per_row - 1 && take_all) {
-    for (uint32_t i = eq_total + threadIdx.x; i < static_cast<uint32_t>(p.k); i += kThreads) {
+    for (uint32_t i = eq_total + threadIdx.x; i < static_cast<uint32_t>(p.k); i += kThreads)
       out[i] = -1;
-      if (out_slots != nullptr) out_slots[i] = -1;
-    }
   }
 
   // The last CTA of the row to get here (every other one is past its barriers and reads) leaves
@@ -677,10 +636,6 @@ LaunchStatus TopkLaunch(const TopkParams& p, const TopkWorkspace& ws, cudaStream
   if (p.num_rows == 0) return {};
   Layout layout = MakeLayout(p);
   if (!layout.fits) return Unsupported("top-k rows longer than this GPU holds at once");
-  if (p.slots != nullptr &&
-      (p.block_tables == nullptr || p.block_size < 1 || p.block_table_stride < 0)) {
-    return LaunchStatus{cudaErrorInvalidValue, nullptr};  // slots without a block table
-  }
   if (ws.scratch_bytes < layout.scratch_bytes() || ws.counter_bytes < layout.counter_bytes()) {
     return LaunchStatus{cudaErrorInvalidValue, nullptr};
   }

@@ -4,9 +4,7 @@
 //   - when L' > k: the k largest scores, ties broken toward the lower position (-0 == +0);
 //     -inf is an ordinary, smallest score;
 //   - the selected positions come first in ascending order, then -1 up to k.
-// So a row shorter than k (without NaN) gives 0..L-1 then -1. With a block table, the same
-// selection is also written as physical slots (what sparse MLA decode reads), so no kernel of its
-// own stands between the top-k and the decode. nvcc-safe.
+// So a row shorter than k (without NaN) gives 0..L-1 then -1. nvcc-safe.
 #pragma once
 
 #include <cstdint>
@@ -22,13 +20,6 @@ struct TopkParams {
   int32_t scores_stride = 0;
   int32_t num_rows = 0;
   int32_t k = 0;  // 1..kMaxTopk
-  // Optional (null: positions only): slots[i] is the physical slot of indices[i] through its row's
-  // block table (SlotOfPosition), -1 where indices[i] is -1. A position past the table is an error
-  // in the reference and -1 in the kernel.
-  int32_t* slots = nullptr;               // [num_rows, k]
-  const int32_t* block_tables = nullptr;  // [num_rows, block_table_stride]
-  int32_t block_table_stride = 0;
-  int32_t block_size = 0;
 };
 
 }  // namespace kvp

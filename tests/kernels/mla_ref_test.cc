@@ -118,6 +118,21 @@ TEST(MlaCacheWriteRefTest, ReadsRowsOfOneTokenTensorAndWritesIndexKeys) {
   EXPECT_EQ(MlaCacheWriteRef(w).code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(SlotsOfPositionsRefTest, PositionsGoThroughEachRowsBlocks) {
+  const std::vector<int32_t> tables = {7, 2, 0,   // row 0: blocks 7, 2
+                                       4, 9, 1};  // row 1: blocks 4, 9, 1
+  const std::vector<int32_t> positions = {0, 17, -1, 40, 16, -1};
+  std::vector<int32_t> slots(6);
+  SlotsOfPositionsParams p{.positions = positions.data(), .block_tables = tables.data(),
+                           .block_table_stride = 3, .block_size = 16, .slots = slots.data(),
+                           .rows = 2, .k = 3};
+  ASSERT_TRUE(SlotsOfPositionsRef(p).ok());
+  EXPECT_EQ(slots, (std::vector<int32_t>{7 * 16, 2 * 16 + 1, -1, 1 * 16 + 8, 9 * 16, -1}));
+  const std::vector<int32_t> past = {48, 0, 0, 0, 0, 0};
+  p.positions = past.data();
+  EXPECT_EQ(SlotsOfPositionsRef(p).code(), absl::StatusCode::kOutOfRange);
+}
+
 TEST(SparseMlaDecodeRefTest, OneSlotGivesItsLatentAndItsScore) {
   std::mt19937 rng(2);
   Arena a(2, 64);

@@ -100,31 +100,6 @@ TEST(TopkRefTest, RowsAreIndependent) {
   EXPECT_EQ(out, (std::vector<int32_t>{0, 1, 3, 4}));
 }
 
-TEST(TopkRefTest, SlotsGoThroughEachRowsBlocks) {
-  std::vector<float> scores = {5, 4, 3, 2, 1, 0, 1, 2, 3, 4, 5, 6};
-  const int32_t lengths[2] = {6, 1};
-  const std::vector<int32_t> tables = {7, 2,   // row 0: blocks 7, 2
-                                       4, 9};  // row 1: blocks 4, 9
-  std::vector<int32_t> indices(6, -7), slots(6, -7);
-  TopkParams p{.scores = scores.data(), .lengths = lengths, .indices = indices.data(),
-               .scores_stride = 6, .num_rows = 2, .k = 3, .slots = slots.data(),
-               .block_tables = tables.data(), .block_table_stride = 2, .block_size = 4};
-  ASSERT_TRUE(TopkRef(p).ok());
-  EXPECT_EQ(indices, (std::vector<int32_t>{0, 1, 2, 0, -1, -1}));
-  EXPECT_EQ(slots, (std::vector<int32_t>{7 * 4, 7 * 4 + 1, 7 * 4 + 2, 4 * 4, -1, -1}));
-  // Row 0's top-3 of positions 3..5 (the last block): slots in block 2.
-  std::vector<float> rising = {0, 0, 0, 1, 2, 3, 0, 0, 0, 0, 0, 0};
-  p.scores = rising.data();
-  ASSERT_TRUE(TopkRef(p).ok());
-  EXPECT_EQ(std::vector<int32_t>(slots.begin(), slots.begin() + 3),
-            (std::vector<int32_t>{7 * 4 + 3, 2 * 4, 2 * 4 + 1}));
-  // A table too short for the selected positions.
-  p.block_table_stride = 1;
-  EXPECT_EQ(TopkRef(p).code(), absl::StatusCode::kOutOfRange);
-  p.block_tables = nullptr;
-  EXPECT_EQ(TopkRef(p).code(), absl::StatusCode::kInvalidArgument);
-}
-
 TEST(TopkRefTest, RejectsKOutOfRangeAndLongRows) {
   std::vector<float> row(10, 1.0f);
   int32_t length = 10;

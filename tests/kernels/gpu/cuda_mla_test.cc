@@ -127,6 +127,26 @@ TEST_F(CudaMlaTest, CacheWriteOfAPoolLayerWritesIndexKeysBitForBit) {
   }
 }
 
+TEST_F(CudaMlaTest, TopkPositionsBecomeTheirSlots) {
+  const int rows = 300, k = 2048, stride = 70, block_size = 64;
+  std::vector<int32_t> tables(rows * stride), positions(rows * k), want(rows * k);
+  std::uniform_int_distribution<int32_t> block(0, 100000), position(-1, stride * block_size - 1);
+  for (int32_t& b : tables) b = block(rng_);
+  for (int32_t& p : positions) p = position(rng_);
+  SlotsOfPositionsParams p{.positions = positions.data(), .block_tables = tables.data(),
+                           .block_table_stride = stride, .block_size = block_size,
+                           .slots = want.data(), .rows = rows, .k = k};
+  ASSERT_TRUE(SlotsOfPositionsRef(p).ok());
+  DeviceBuffer d_tables = Up(tables), d_positions = Up(positions), d_slots = Up(want);
+  p.positions = d_positions.get<int32_t>();
+  p.block_tables = d_tables.get<int32_t>();
+  p.slots = d_slots.get<int32_t>();
+  ASSERT_EQ(cudaMemset(p.slots, 0, want.size() * 4), cudaSuccess);
+  ASSERT_TRUE(SlotsOfPositionsCuda(p, nullptr).ok());
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  EXPECT_EQ(Down<int32_t>(d_slots, want.size()), want);
+}
+
 // What to decode: q [batch, s_q, heads, 576], row r's top-k slots[r · topk, (r + 1) · topk) (-1
 // unused), with the top-k split over at most max_splits CTAs (0: as the launcher plans).
 struct DecodeShape {
