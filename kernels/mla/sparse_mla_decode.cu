@@ -3,14 +3,16 @@
 // what tensor parallelism over 8 or 4 GPUs leaves a GPU); multiples of 64 go to the warpgroup
 // kernel of sparse_mla_decode_wgmma.cu.
 //
-// A CTA of this kernel takes one query row (sequence, query token), up to 64 of its heads (four
-// tiles of 16) and a run of 64-token tiles of its top-k. Per tile:
+// A CTA of this kernel takes one query row (sequence, query token), up to 32 of its heads (two
+// tiles of 16; other multiples of 16 take more CTAs) and a run of 64-token tiles of its top-k.
+// Per tile:
 //   1. the tokens' 656-byte entries arrive by cp.async (gathered by slot; -1 slots fill zeros)
-//      while the tiles before are computed (one to three tiles ahead: fewer heads leave shared
+//      while the tiles before are computed (two or three tiles ahead: fewer heads leave shared
 //      memory for more), and are dequantized once into shared memory as bf16 [64 tokens, 576]
 //      for all the CTA's heads;
-//   2. S = q · Kᵀ by m16n8k16 bf16 mma: each of 16 warps takes 16 tokens (w % 4) of one head tile
-//      (w / 4), the queries staying in shared memory;
+//   2. S = q · Kᵀ by m16n8k16 bf16 mma: each of the first 4 or 8 warps takes 16 tokens (w % 4) of
+//      one head tile (w / 4), the queries staying in shared memory, while the other warps issue
+//      the gather of the tile kStages ahead (so the multiplying warps do not wait for it);
 //   3. the online softmax across the four token groups goes through shared memory (tile maxima,
 //      then P as bf16 [heads, 64] and row sums);
 //   4. O += P · V by mma with V the latent part of the same tile: warp w owns output dims
@@ -42,10 +44,10 @@ constexpr int kTileTokens = kSparseMlaTileTokens;
 constexpr int kThreads = 512;  // 16 warps: four a scheduler to hide the mma and ldmatrix latencies
 constexpr int kWarps = kThreads / 32;
 constexpr int kHeadTile = 16;
-constexpr int kMaxHeadTiles = 4;                      // 64 heads a CTA at most
+constexpr int kMaxHeadTiles = 2;                      // 32 heads a CTA at most
 constexpr int kTokenGroups = 4;                       // of 16 tokens: the QK^T split of a tile
-// QK^T: warp w takes token group w % 4 of head tile w / 4 (warps past the CTA's tiles wait).
-static_assert(kMaxHeadTiles * kTokenGroups <= kWarps);
+// QK^T: warp w takes token group w % 4 of head tile w / 4; the warps past the CTA's tiles gather.
+static_assert(kMaxHeadTiles * kTokenGroups < kWarps);
 // PV: warp w owns output dims [w · kDimsPerWarp, (w + 1) · kDimsPerWarp) of every head tile.
 constexpr int kDimsPerWarp = kMlaLatentDim / kWarps;
 constexpr int kDimTiles = kDimsPerWarp / 8;
@@ -67,6 +69,9 @@ struct Shared {
   uint16_t p[kHeads][kPRowElems];      // softmax weights of the tile, bf16
   alignas(16) uint8_t raw[kStages][kTileTokens][kMlaTokenBytes];  // coming tiles, as stored
   const uint8_t* src[kStages][kTileTokens];  // where they are; null: an unused slot
+  // Which of a tile's tokens have a slot, a bit each, for the tiles in flight and the one being
+  // computed (located kStages tiles ahead, so one more than the stages).
+  uint32_t used[kStages + 1][kTileTokens / 32];
   float part_max[kTokenGroups][kHeads];
   float part_sum[kTokenGroups][kHeads];
   float m[kHeads];  // running maximum of the scores, log2 domain
@@ -101,25 +106,29 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int g = lane / 4, t = lane % 4;
   const int32_t* slots = p.slots + int64_t{row} * p.topk;
 
-  const Bf16* q = p.q + (int64_t{row} * p.heads + head0) * kMlaInputDim;
-  for (int i = tid; i < cta_heads * kRowChunks; i += kThreads) {
-    const int h = i / kRowChunks, c = i % kRowChunks;
-    cp_async::Copy<16>(&s.q[h][c * 8], q + h * kMlaInputDim + c * 8, 16);
-  }
-  // Threads [0, 64) find the entries of a tile's tokens once (one 32-bit division each) for the
-  // tile's stage, read by load_tile after the next barrier.
-  auto locate_tile = [&](int tile) {
-    if (tid >= kTileTokens) return;
+  // Threads [0, 64) (two whole warps) fetch a tile's slots an iteration before they locate its
+  // entries, so that the wait on L2 hides behind a tile's work: where each entry is (one 32-bit
+  // division) for the tile's stage, read by load_tile after the next barrier, and which tokens
+  // are used.
+  auto fetch_slot = [&](int tile) {
     const int k = tile * kTileTokens + tid;
-    const int32_t slot = k < p.topk ? __ldg(slots + k) : -1;
+    return tid < kTileTokens && tile < end_tile && k < p.topk ? __ldg(slots + k) : -1;
+  };
+  auto locate_tile = [&](int tile, int32_t slot) {
+    if (tid >= kTileTokens) return;
     const int32_t block = slot / p.cache.block_size, offset = slot % p.cache.block_size;
     s.src[(tile - first_tile) % kStages][tid] = slot >= 0 ? p.cache.Latent(block, offset) : nullptr;
+    const uint32_t used = __ballot_sync(~0u, slot >= 0);
+    if (lane == 0) s.used[(tile - first_tile) % (kStages + 1)][warp] = used;
   };
-  // One cp.async group a tile (an empty one past the end: Wait counts groups).
+  // One cp.async group a tile (an empty one past the end, or for a thread that loads nothing:
+  // Wait counts groups). The warps without a part of q · Kᵀ gather, the others go on to multiply.
+  constexpr int kLoaders = (kWarps - kTiles * kTokenGroups) * 32;
+  const int loader = tid - (kThreads - kLoaders);  // < 0: not a loader
   auto load_tile = [&](int tile) {
-    if (tile < end_tile) {
+    if (tile < end_tile && loader >= 0) {
       const int stage = (tile - first_tile) % kStages;
-      for (int i = tid; i < kTileTokens * kTokenChunks; i += kThreads) {
+      for (int i = loader; i < kTileTokens * kTokenChunks; i += kLoaders) {
         const int j = i / kTokenChunks, c = i % kTokenChunks;
         const uint8_t* src = s.src[stage][j];
         cp_async::Copy<16>(&s.raw[stage][j][c * 16], src != nullptr ? src + c * 16 : p.cache.base,
@@ -132,8 +141,20 @@ __global__ void __launch_bounds__(kThreads, 1)
     s.m[tid] = -INFINITY;
     s.l[tid] = 0.0f;
   }
+  // The first tiles' slots are fetched before the queries' copies are issued, which then overlap
+  // the wait on L2.
+  int32_t first_slots[kStages];
+#pragma unroll
+  for (int i = 0; i < kStages; ++i) first_slots[i] = fetch_slot(first_tile + i);
+  int32_t next_slot = fetch_slot(first_tile + kStages);
+  const Bf16* q = p.q + (int64_t{row} * p.heads + head0) * kMlaInputDim;
+  for (int i = tid; i < cta_heads * kRowChunks; i += kThreads) {
+    const int h = i / kRowChunks, c = i % kRowChunks;
+    cp_async::Copy<16>(&s.q[h][c * 8], q + h * kMlaInputDim + c * 8, 16);
+  }
+#pragma unroll
   for (int i = 0; i < kStages; ++i) {
-    if (first_tile + i < end_tile) locate_tile(first_tile + i);
+    if (first_tile + i < end_tile) locate_tile(first_tile + i, first_slots[i]);
   }
   __syncthreads();
   for (int i = 0; i < kStages; ++i) load_tile(first_tile + i);  // the queries join the first
@@ -151,7 +172,8 @@ __global__ void __launch_bounds__(kThreads, 1)
           s.raw[stage][j], tid / kTileTokens,
           [&](int c) { return reinterpret_cast<uint4*>(&s.k[j][c * 8]); });
     }
-    if (tile + kStages < end_tile) locate_tile(tile + kStages);
+    if (tile + kStages < end_tile) locate_tile(tile + kStages, next_slot);
+    next_slot = fetch_slot(tile + kStages + 1);
     __syncthreads();  // k is complete, the stage's raw entries free, the tile after located
     load_tile(tile + kStages);
 
@@ -185,14 +207,14 @@ __global__ void __launch_bounds__(kThreads, 1)
     }
     // Scores in the log2 domain; -inf for unused slots. Lane: heads g, g + 8 of a tile; tokens
     // 16 group + 8 n + 2t + {0, 1}.
-    const int base = tile * kTileTokens + 16 * group;
+    const uint32_t* used = s.used[(tile - first_tile) % (kStages + 1)];
     bool valid[2][2];
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
 #pragma unroll
       for (int e = 0; e < 2; ++e) {
-        const int k = base + 8 * n + 2 * t + e;
-        valid[n][e] = k < p.topk && __ldg(slots + k) >= 0;
+        const int j = 16 * group + 8 * n + 2 * t + e;
+        valid[n][e] = (used[j / 32] >> (j % 32)) & 1u;
       }
     }
     if (ht0 < head_tiles) {
@@ -422,14 +444,16 @@ __global__ void __launch_bounds__(kCombineColumns * kCombineGroups)
 }
 
 struct Plan {
-  int head_tiles = 0;  // a CTA's: 1 (16 heads, three tiles in flight), 2 (32, two) or 4 (one)
+  bool wgmma = false;  // heads a multiple of 64: the warpgroup kernel, 64 heads a CTA
+  int head_tiles = 0;  // otherwise a CTA's: 1 (16 heads, three tiles in flight) or 2 (32, two)
   int head_ctas = 0, num_tiles = 0, splits = 1, tiles_per_split = 0;
 };
 
 Plan PlanOf(const SparseMlaDecodeParams& p) {
   Plan plan;
-  plan.head_tiles = p.heads <= kHeadTile ? 1 : p.heads <= 2 * kHeadTile ? 2 : kMaxHeadTiles;
-  const int cta_heads = plan.head_tiles * kHeadTile;
+  plan.wgmma = p.heads % kWgmmaMlaHeads == 0;
+  plan.head_tiles = p.heads <= kHeadTile ? 1 : kMaxHeadTiles;
+  const int cta_heads = plan.wgmma ? kWgmmaMlaHeads : plan.head_tiles * kHeadTile;
   plan.head_ctas = (p.heads + cta_heads - 1) / cta_heads;
   plan.num_tiles = (p.topk + kTileTokens - 1) / kTileTokens;
   const int rows = p.batch * p.s_q;
@@ -488,13 +512,11 @@ LaunchStatus SparseMlaDecodeLaunch(const SparseMlaDecodeParams& p, void* workspa
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(plan.head_ctas),
                   static_cast<unsigned>(plan.splits));
   const cudaError_t launched =
-      p.heads % kWgmmaMlaHeads == 0
-          ? LaunchSparseMlaDecodeWgmma(p, plan.splits, plan.tiles_per_split, part_out, part_lse,
-                                       stream)
-      : plan.head_tiles == 1   ? LaunchDecode<1, 3>(grid, p, plan, part_out, part_lse, stream)
-      : plan.head_tiles == 2 ? LaunchDecode<2, 2>(grid, p, plan, part_out, part_lse, stream)
-                             : LaunchDecode<kMaxHeadTiles, 1>(grid, p, plan, part_out, part_lse,
-                                                              stream);
+      plan.wgmma ? LaunchSparseMlaDecodeWgmma(p, plan.splits, plan.tiles_per_split, part_out,
+                                              part_lse, stream)
+      : plan.head_tiles == 1
+          ? LaunchDecode<1, 3>(grid, p, plan, part_out, part_lse, stream)
+          : LaunchDecode<kMaxHeadTiles, 2>(grid, p, plan, part_out, part_lse, stream);
   if (launched != cudaSuccess) return LaunchStatus{launched, nullptr};
   if (plan.splits > 1) {
     const cudaError_t combined =

@@ -61,6 +61,8 @@ struct Shared {
   alignas(wgmma::kSwizzleAtomBytes) uint8_t p[kHeads * kRowBytes];  // weights, [heads, tokens]
   alignas(16) uint8_t raw[kTileTokens][kMlaTokenBytes];             // the next tile, as stored
   const uint8_t* src[kTileTokens];  // where it is; null: an unused slot
+  // Which tokens have a slot, a bit each, for this tile and the next (located a tile ahead).
+  uint32_t used[2][kTileTokens / 32];
   float part_max[kWarpgroups][kHeads];
   float part_sum[kWarpgroups][kHeads];
 };
@@ -89,19 +91,19 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int g = lane / 4, t = lane % 4;
   const int32_t* slots = p.slots + int64_t{row} * p.topk;
 
-  const Bf16* q = p.q + (int64_t{row} * p.heads + head0) * kMlaInputDim;
-  for (int i = tid; i < kHeads * kRowChunks; i += kThreads) {
-    const int h = i / kRowChunks, c = i % kRowChunks;
-    cp_async::Copy<16>(s.q.bytes[0] + ChunkOffset(h, c), q + h * kMlaInputDim + c * 8, 16);
-  }
-  // Threads [0, 64) find the entries of a tile's tokens (one division each); load_tile reads
-  // them after the next barrier.
-  auto locate_tile = [&](int tile) {
-    if (tid >= kTileTokens) return;
+  // Threads [0, 64) (two whole warps) fetch a tile's slots a tile before they locate its
+  // entries, so that the wait on L2 hides behind a tile's work: where each entry is (one
+  // division), read by load_tile after the next barrier, and which tokens are used.
+  auto fetch_slot = [&](int tile) {
     const int k = tile * kTileTokens + tid;
-    const int32_t slot = k < p.topk ? __ldg(slots + k) : -1;
+    return tid < kTileTokens && tile < end_tile && k < p.topk ? __ldg(slots + k) : -1;
+  };
+  auto locate_tile = [&](int tile, int32_t slot) {
+    if (tid >= kTileTokens) return;
     const int32_t block = slot / p.cache.block_size, offset = slot % p.cache.block_size;
     s.src[tid] = slot >= 0 ? p.cache.Latent(block, offset) : nullptr;
+    const uint32_t used = __ballot_sync(~0u, slot >= 0);
+    if (lane == 0) s.used[(tile - first_tile) % 2][tid / 32] = used;
   };
   auto load_tile = [&]() {
     for (int i = tid; i < kTileTokens * kTokenChunks; i += kThreads) {
@@ -111,7 +113,16 @@ __global__ void __launch_bounds__(kThreads, 1)
                          src != nullptr ? 16 : 0);
     }
   };
-  if (first_tile < end_tile) locate_tile(first_tile);
+  // The first tiles' slots are fetched before the queries' copies are issued, which then overlap
+  // the wait on L2 (at batch 1 a CTA has a single tile, so this wait is on its critical path).
+  const int32_t first_slot = fetch_slot(first_tile);
+  int32_t next_slot = fetch_slot(first_tile + 1);
+  const Bf16* q = p.q + (int64_t{row} * p.heads + head0) * kMlaInputDim;
+  for (int i = tid; i < kHeads * kRowChunks; i += kThreads) {
+    const int h = i / kRowChunks, c = i % kRowChunks;
+    cp_async::Copy<16>(s.q.bytes[0] + ChunkOffset(h, c), q + h * kMlaInputDim + c * 8, 16);
+  }
+  if (first_tile < end_tile) locate_tile(first_tile, first_slot);
   __syncthreads();
   if (first_tile < end_tile) load_tile();
   cp_async::Commit();  // with the queries
@@ -141,7 +152,8 @@ __global__ void __launch_bounds__(kThreads, 1)
       });
     }
     wgmma::FenceSharedWrites();
-    if (tile + 1 < end_tile) locate_tile(tile + 1);
+    if (tile + 1 < end_tile) locate_tile(tile + 1, next_slot);
+    next_slot = fetch_slot(tile + 2);
     __syncthreads();  // k is complete; raw is free for the next tile, whose entries are located
     if (tile + 1 < end_tile) load_tile();
     cp_async::Commit();
@@ -158,12 +170,10 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::Commit();
     // While the tensor cores work: which of this thread's tokens count. Lane: tokens
     // 32 group + 8j + 2t + {0, 1}, j = 0..3.
+    const uint32_t used = s.used[(tile - first_tile) % 2][group];  // this warpgroup's tokens
     bool valid[8];
 #pragma unroll
-    for (int i = 0; i < 8; ++i) {
-      const int k = tile * kTileTokens + kTokensPerGroup * group + 8 * (i / 2) + 2 * t + i % 2;
-      valid[i] = k < p.topk && __ldg(slots + k) >= 0;
-    }
+    for (int i = 0; i < 8; ++i) valid[i] = (used >> (8 * (i / 2) + 2 * t + i % 2)) & 1u;
     wgmma::Wait<0>();
     wgmma::KeepAfterWait(sc);
 

@@ -393,7 +393,8 @@ struct WrittenArena {
 
 TEST_F(CudaMlaTest, SparseDecodeMatchesTheReference) {
   const WrittenArena w(rng_);
-  for (int heads : {16, 32, 64, 128}) {
+  // 48 and 80 heads: a row's heads in CTAs of 32 and 16 of the mma.sync kernel.
+  for (int heads : {16, 32, 48, 64, 80, 128}) {
     for (int s_q : {1, 2}) {
       for (int topk : {1, 37, 512, 1100}) {  // one tile, a partial one, split across CTAs
         const DecodeShape shape{.batch = 3, .s_q = s_q, .heads = heads};
