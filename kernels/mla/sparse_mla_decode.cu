@@ -46,7 +46,7 @@ constexpr int kWarps = kThreads / 32;
 constexpr int kHeadTile = 16;
 constexpr int kMaxHeadTiles = 2;                      // 32 heads a CTA at most
 constexpr int kTokenGroups = 4;                       // of 16 tokens: the QK^T split of a tile
-// QK^T: warp w takes token group w % 4 of head tile w / 4; the warps past the CTA's tiles gather.
+// QK^T: warp w takes token group w % 4 of head tile w / 4; warps 4 kTiles and up gather.
 static_assert(kMaxHeadTiles * kTokenGroups < kWarps);
 // PV: warp w owns output dims [w · kDimsPerWarp, (w + 1) · kDimsPerWarp) of every head tile.
 constexpr int kDimsPerWarp = kMlaLatentDim / kWarps;
