@@ -28,6 +28,7 @@
 
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/dependent_launch.cuh"
+#include "kernels/common/fast_divisor.h"
 #include "kernels/common/log2_domain.h"
 #include "kernels/common/mma.cuh"
 #include "kernels/common/work_split.h"
@@ -87,8 +88,8 @@ __device__ __forceinline__ void MmaBf16(float* c, const uint32_t* a, uint32_t b0
 
 template <int kTiles, int kStages>
 __global__ void __launch_bounds__(kThreads, 1)
-    SparseMlaDecodeTcKernel(SparseMlaDecodeParams p, int tiles_per_split, float* part_out,
-                            float* part_lse) {
+    SparseMlaDecodeTcKernel(SparseMlaDecodeParams p, FastDivisor block_size, int tiles_per_split,
+                            float* part_out, float* part_lse) {
   LetDependentsLaunch();
   WaitForPredecessor();  // the slots (the top-k), and the workspace the kernel before may read
   extern __shared__ __align__(16) uint8_t shared_bytes[];
@@ -107,16 +108,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t* slots = p.slots + int64_t{row} * p.topk;
 
   // Threads [0, 64) (two whole warps) fetch a tile's slots an iteration before they locate its
-  // entries, so that the wait on L2 hides behind a tile's work: where each entry is (one 32-bit
-  // division) for the tile's stage, read by load_tile after the next barrier, and which tokens
-  // are used.
+  // entries, so that the wait on L2 hides behind a tile's work: where each entry is (a division
+  // by the block size fixed at launch) for the tile's stage, read by load_tile after the next
+  // barrier, and which tokens are used.
   auto fetch_slot = [&](int tile) {
     const int k = tile * kTileTokens + tid;
     return tid < kTileTokens && tile < end_tile && k < p.topk ? __ldg(slots + k) : -1;
   };
   auto locate_tile = [&](int tile, int32_t slot) {
     if (tid >= kTileTokens) return;
-    const int32_t block = slot / p.cache.block_size, offset = slot % p.cache.block_size;
+    const uint32_t block = block_size.Divide(static_cast<uint32_t>(slot));
+    const int offset = slot - static_cast<int>(block * block_size.divisor());
     s.src[(tile - first_tile) % kStages][tid] = slot >= 0 ? p.cache.Latent(block, offset) : nullptr;
     const uint32_t used = __ballot_sync(~0u, slot >= 0);
     if (lane == 0) s.used[(tile - first_tile) % (kStages + 1)][warp] = used;
@@ -480,7 +482,8 @@ cudaError_t LaunchDecode(dim3 grid, const SparseMlaDecodeParams& p, const Plan& 
                            cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(kBytes));
   if (configured != cudaSuccess) return configured;
   return LaunchDependent(SparseMlaDecodeTcKernel<kTiles, kStages>, grid, dim3(kThreads), kBytes,
-                         stream, false, p, plan.tiles_per_split, part_out, part_lse);
+                         stream, false, p, FastDivisor(static_cast<uint32_t>(p.cache.block_size)),
+                         plan.tiles_per_split, part_out, part_lse);
 }
 
 }  // namespace
@@ -498,6 +501,7 @@ LaunchStatus SparseMlaDecodeLaunch(const SparseMlaDecodeParams& p, void* workspa
     return Unsupported("sparse MLA decode heads not a multiple of 16");
   }
   if (p.batch <= 0) return {};
+  if (p.cache.block_size <= 0) return Unsupported("sparse MLA decode of a layer without blocks");
   const Plan plan = PlanOf(p);
   const int rows = p.batch * p.s_q;
   float* part_out = nullptr;

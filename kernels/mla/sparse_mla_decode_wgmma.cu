@@ -20,6 +20,7 @@
 
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/dependent_launch.cuh"
+#include "kernels/common/fast_divisor.h"
 #include "kernels/common/log2_domain.h"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/mla/mla_dequant.cuh"
@@ -70,8 +71,8 @@ constexpr size_t kSharedBytes = sizeof(Shared) + wgmma::kSwizzleAtomBytes;  // r
 static_assert(kSharedBytes <= 227 * 1024, "more shared memory than an H200 CTA may have");
 
 __global__ void __launch_bounds__(kThreads, 1)
-    SparseMlaDecodeWgmmaKernel(SparseMlaDecodeParams p, int head_ctas, int tiles_per_split,
-                               float* part_out, float* part_lse) {
+    SparseMlaDecodeWgmmaKernel(SparseMlaDecodeParams p, FastDivisor block_size, int head_ctas,
+                               int tiles_per_split, float* part_out, float* part_lse) {
   LetDependentsLaunch();
   WaitForPredecessor();  // the slots (the top-k), and the workspace the kernel before may read
   extern __shared__ uint8_t shared_bytes[];
@@ -92,15 +93,17 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int32_t* slots = p.slots + int64_t{row} * p.topk;
 
   // Threads [0, 64) (two whole warps) fetch a tile's slots a tile before they locate its
-  // entries, so that the wait on L2 hides behind a tile's work: where each entry is (one
-  // division), read by load_tile after the next barrier, and which tokens are used.
+  // entries, so that the wait on L2 hides behind a tile's work: where each entry is (a division
+  // by the block size fixed at launch), read by load_tile after the next barrier, and which
+  // tokens are used.
   auto fetch_slot = [&](int tile) {
     const int k = tile * kTileTokens + tid;
     return tid < kTileTokens && tile < end_tile && k < p.topk ? __ldg(slots + k) : -1;
   };
   auto locate_tile = [&](int tile, int32_t slot) {
     if (tid >= kTileTokens) return;
-    const int32_t block = slot / p.cache.block_size, offset = slot % p.cache.block_size;
+    const uint32_t block = block_size.Divide(static_cast<uint32_t>(slot));
+    const int offset = slot - static_cast<int>(block * block_size.divisor());
     s.src[tid] = slot >= 0 ? p.cache.Latent(block, offset) : nullptr;
     const uint32_t used = __ballot_sync(~0u, slot >= 0);
     if (lane == 0) s.used[(tile - first_tile) % 2][tid / 32] = used;
@@ -289,7 +292,8 @@ cudaError_t LaunchSparseMlaDecodeWgmma(const SparseMlaDecodeParams& p, int split
   const dim3 grid(static_cast<unsigned>(p.batch * p.s_q * head_ctas),
                   static_cast<unsigned>(splits));
   return LaunchDependent(SparseMlaDecodeWgmmaKernel, grid, dim3(kThreads), kSharedBytes, stream,
-                         false, p, head_ctas, tiles_per_split, part_out, part_lse);
+                         false, p, FastDivisor(static_cast<uint32_t>(p.cache.block_size)),
+                         head_ctas, tiles_per_split, part_out, part_lse);
 }
 
 }  // namespace kvp
