@@ -29,17 +29,26 @@ __device__ __forceinline__ uint32_t DequantizePair(uint32_t two_codes, float sca
 }
 
 // A tile's float32 scale as two bf16 parts, hi = RN(s) and lo = RN(s - hi), each in both halves
-// of a pair: a value is then fma(x, hi, x · lo) in bf16 arithmetic, whose one rounding sees the
-// product x · s to within about 2^-16 of it (the bf16 lo keeps s's next 8 bits). That result is
-// RN(x · s) but where x · s lies that close to halfway between two bf16: then one step off.
+// of a pair and times 2^120 (exact: the bits of hi and lo with the exponent raised, for |s| below
+// kPrescaledScaleLimit): a value is then fma(x, hi, x · lo) in bf16 arithmetic, x the code's bits
+// shifted into a bf16 2^120 below the code's value (DequantizeSignedPair), whose products are
+// those of the code's value and the unscaled parts. The one rounding sees the product code · s to
+// within about 2^-16 of it (the bf16 lo keeps s's next 8 bits). That result is RN(code · s) but
+// where code · s lies that close to halfway between two bf16: then one step off.
 struct Bf16SplitScale {
   __nv_bfloat162 hi, lo;
 };
 
+// Scales of this magnitude or more (amax >= 57,344), infinite or NaN take TokenChunkBf16 instead:
+// hi · 2^120 would leave bf16's range at 256.
+inline constexpr float kPrescaledScaleLimit = 128.0f;
+
 __device__ __forceinline__ Bf16SplitScale SplitScale(float s) {
+  constexpr float k2To120 = 0x1p120f;
   const __nv_bfloat16 hi = __float2bfloat16_rn(s);
   const __nv_bfloat16 lo = __float2bfloat16_rn(s - __bfloat162float(hi));
-  return {__bfloat162bfloat162(hi), __bfloat162bfloat162(lo)};
+  return {__bfloat162bfloat162(__float2bfloat16_rn(__bfloat162float(hi) * k2To120)),
+          __bfloat162bfloat162(__float2bfloat16_rn(__bfloat162float(lo) * k2To120))};
 }
 
 // The bytes of `word` picked by `selector` (prmt), a selector nibble of 8 or more replicating the
@@ -54,12 +63,11 @@ __device__ __forceinline__ uint32_t Permute(uint32_t word, uint32_t selector) {
 // code sign-extended to 16 bits (sign in [7, 16), magnitude in [0, 7)). E4M3's 4 exponent and 3
 // mantissa bits shifted left by 4 are the low exponent bits and the mantissa of a bf16 with the
 // same significand and an exponent 120 lower (E4M3's bias is 7, bf16's 127), subnormal codes
-// included; one exact multiply by 2^120 (bf16 arithmetic keeps subnormals) gives the code's value.
-// A NaN code (magnitude 0x7F) reads 480 here: the callers check for NaN codes apart.
+// included (bf16 arithmetic keeps subnormals); the split scale carries the 2^120 back. A NaN code
+// (magnitude 0x7F) reads 480 here: the callers check for NaN codes apart.
 __device__ __forceinline__ uint32_t DequantizeSignedPair(uint32_t signed_pair, Bf16SplitScale s) {
   const uint32_t bits = (signed_pair << 4) & 0x87F087F0u;
-  const __nv_bfloat162 shifted = *reinterpret_cast<const __nv_bfloat162*>(&bits);
-  const __nv_bfloat162 x = __hmul2(shifted, __bfloat162bfloat162(__ushort_as_bfloat16(0x7B80)));
+  const __nv_bfloat162 x = *reinterpret_cast<const __nv_bfloat162*>(&bits);
   const __nv_bfloat162 v = __hfma2(x, s.hi, __hmul2(x, s.lo));
   return *reinterpret_cast<const uint32_t*>(&v);
 }
@@ -70,7 +78,8 @@ __device__ __forceinline__ uint32_t NanCodes(uint32_t codes) {
   return ((codes & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u;
 }
 
-// Eight codes (two words of `codes`) times a finite scale as four bf16 pairs, in order;
+// Eight codes (two words of `codes`) times a scale below kPrescaledScaleLimit in magnitude as four
+// bf16 pairs, in order;
 // `nan_codes` gains a bit for each NaN code, whose value this does not give (TokenChunkBf16 does).
 __device__ __forceinline__ uint4 DequantizeEight(uint2 codes, Bf16SplitScale s,
                                                  uint32_t& nan_codes) {
@@ -118,9 +127,10 @@ __device__ __forceinline__ void DequantizeTokenPart(const uint8_t* entry, int pa
     *chunk_at(first + i) = DequantizeEight(make_uint2(codes.x, codes.y), scale, nan_codes);
     *chunk_at(first + i + 1) = DequantizeEight(make_uint2(codes.z, codes.w), scale, nan_codes);
   }
-  // Rare: NaN codes, which the converter keeps, or a tile that held an infinity (its scale is
-  // infinite, and the split scale's lo part NaN), whose products the converter gives as ±inf.
-  if (nan_codes != 0 || !isfinite(tile_scale)) {
+  // Rare: NaN codes, which the converter keeps, or a scale out of the split's range: a tile that
+  // held an infinity (an infinite scale, whose products the converter gives as ±inf), a huge one,
+  // or a NaN scale (bytes no kvpool writer makes).
+  if (nan_codes != 0 || !(fabsf(tile_scale) < kPrescaledScaleLimit)) {
     for (int i = 0; i < kChunks; ++i) *chunk_at(first + i) = TokenChunkBf16(entry, first + i);
   }
 #pragma unroll

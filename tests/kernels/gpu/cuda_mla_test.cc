@@ -197,7 +197,8 @@ MlaDecodeRun Decode(Decoder decoder, const MlaArena& arena, const DeviceBuffer& 
 // (one bf16 step at most from the rounded product), in both kernels.
 TEST_F(CudaMlaTest, SparseDecodeOfOneTokenGivesEveryCodesValue) {
   MlaArena arena(4, 16);
-  const float scales[] = {1.0f, 0x1p-10f, 0.7f, 3.0e5f, 1e-30f, 0x1p40f};
+  // 127.3 and 128: either side of the split scale's limit (kPrescaledScaleLimit).
+  const float scales[] = {1.0f, 0x1p-10f, 0.7f, 3.0e5f, 1e-30f, 0x1p40f, 127.3f, 128.0f};
   const int tokens = 12;
   for (int t = 0; t < tokens; ++t) {
     uint8_t* entry = arena.cache.LatentOfSlot(t);
@@ -206,7 +207,7 @@ TEST_F(CudaMlaTest, SparseDecodeOfOneTokenGivesEveryCodesValue) {
       entry[i] = (code & 0x7F) == kE4m3NanCode ? 0 : code;
     }
     for (int tile = 0; tile < 4; ++tile) {
-      std::memcpy(entry + kMlaScalesOffset + 4 * tile, &scales[(4 * t + tile) % 6], 4);
+      std::memcpy(entry + kMlaScalesOffset + 4 * tile, &scales[(4 * t + tile) % 8], 4);
     }
     const std::vector<Bf16> rope = RandomBf16(rng_, 64, 1.0f);
     std::memcpy(entry + kMlaRopeOffset, rope.data(), 128);
@@ -224,7 +225,8 @@ TEST_F(CudaMlaTest, SparseDecodeOfOneTokenGivesEveryCodesValue) {
         float scale;
         std::memcpy(&scale, entry + kMlaScalesOffset + 4 * (i / 128), 4);
         const Bf16 want = Bf16FromFloat(MulRn(E4m3ToFloat(entry[i]), scale));
-        const bool exact = scale == 1.0f || scale == 0x1p-10f || scale == 0x1p40f;
+        const bool exact =
+            scale == 1.0f || scale == 0x1p-10f || scale == 0x1p40f || scale == 128.0f;
         for (int h = 0; h < heads; h += heads - 1) {
           const Bf16 got = run.out[(size_t(t) * heads + h) * 512 + i];
           SCOPED_TRACE(::testing::Message() << heads << " heads, code " << int(entry[i])
