@@ -156,11 +156,18 @@ __global__ void __launch_bounds__(kThreads, 4)
                  &sh.staged[stage]);
     }
   };
-  if (warp == 0) {
-    for (int s = 0; s < kStages - 1 && chunk_begin + s < chunk_end; ++s) {
-      stage_chunk(chunk_begin + s, s);
+  // Warp 0 has staged chunks [chunk_begin, staged); stage_ahead(chunk) stages up to chunk +
+  // kStages - 1, the stages of the chunks before `chunk` being free. Only the first chunk goes
+  // before the queries are split, the rest after: at batch 1 every CTA's first copies are in
+  // flight at once, and the first chunk then lands without waiting behind the others.
+  int staged = chunk_begin;
+  auto stage_ahead = [&](int chunk) {
+    if (warp != 0) return;
+    for (; staged < chunk_end && staged < chunk + kStages; ++staged) {
+      stage_chunk(staged, (staged - chunk_begin) % kStages);
     }
-  }
+  };
+  stage_ahead(chunk_begin - kStages + 1);
 
   // Weights of the D columns this thread holds: heads 8j + 2t and 8j + 2t + 1. Loaded before the
   // queries are converted, so the two wait on memory together.
@@ -172,6 +179,7 @@ __global__ void __launch_bounds__(kThreads, 4)
     w[j][1] = hw[1];
   }
   StageQueries(sh, p, seq);
+  stage_ahead(chunk_begin);
   __syncthreads();  // the heads' unscale factors
 #pragma unroll
   for (int j = 0; j < kIndexHeads / 8; ++j) {
@@ -183,10 +191,8 @@ __global__ void __launch_bounds__(kThreads, 4)
   for (int chunk = chunk_begin; chunk < chunk_end; ++chunk) {
     const int step = chunk - chunk_begin, stage = step % kStages;
     __syncthreads();  // every warp is done with chunk - 1, whose stage is refilled below
-    const int ahead = chunk + kStages - 1;
-    const bool stages_ahead = warp == 0 && ahead < chunk_end;
     if (chunk * kChunk >= len) {  // wholly past the end: -inf, nothing to compute
-      if (stages_ahead) stage_chunk(ahead, (step + kStages - 1) % kStages);
+      stage_ahead(chunk);
       const int32_t pos = chunk * kChunk + static_cast<int32_t>(threadIdx.x);
       if (threadIdx.x < kChunk && pos < p.logits_stride) out[pos] = -INFINITY;
       continue;
@@ -217,7 +223,7 @@ __global__ void __launch_bounds__(kThreads, 4)
     }
     wgmma::Commit();
     // Warp 0 stages ahead while the tensor cores work, not before the wgmma the others wait on.
-    if (stages_ahead) stage_chunk(ahead, (step + kStages - 1) % kStages);
+    stage_ahead(chunk);
     wgmma::Wait<0>();
     wgmma::KeepAfterWait(acc);
     // Σ_h w_h · ReLU(s_h) of rows g and g + 8, two chains each.
