@@ -2,7 +2,8 @@
 // sparse_mla_decode_wgmma.h).
 //
 // Two warpgroups share one query row's 64 heads and a run of 64-token tiles of its top-k. Per tile:
-//   1. the tokens' 656-byte entries, gathered by cp.async while the tile before was computed, are
+//   1. the tokens' 656-byte entries, gathered by cp.async while the tile before was computed (with
+//      more than one tile a CTA, by a third warpgroup, handed over on two mbarriers), are
 //      dequantized once into shared memory as bf16 [64 tokens, 576] in the 128-byte swizzle;
 //   2. S = Q · Kᵀ by wgmma with both operands in shared memory: warpgroup w scores tokens
 //      [32w, 32w + 32) for all 64 heads (m64n32k16, 36 steps over the 576 dims);
@@ -18,6 +19,7 @@
 #include <cmath>
 #include <cstdint>
 
+#include "kernels/common/bulk_copy.cuh"
 #include "kernels/common/cp_async.cuh"
 #include "kernels/common/dependent_launch.cuh"
 #include "kernels/common/fast_divisor.h"
@@ -34,7 +36,26 @@ namespace {
 constexpr int kTileTokens = kSparseMlaTileTokens;
 constexpr int kHeads = kWgmmaMlaHeads;  // a CTA's: the M of every wgmma
 constexpr int kWarpgroups = 2;
-constexpr int kThreads = 128 * kWarpgroups;
+constexpr int kThreads = 128 * kWarpgroups;  // the consumers: they dequantize and multiply
+// With more than one tile a CTA, a third warpgroup gathers each next tile's entries, so that the
+// consumers do not issue its copies. Registers a thread, moved between the warpgroups by
+// setmaxnreg within what a launch of 384 threads allots the CTA (65,536 / 384, rounded down to a
+// multiple of 8: 168 a thread).
+constexpr int kGatherThreads = 128;
+constexpr int kConsumerRegisters = 232, kGatherRegisters = 40;
+static_assert(kThreads * kConsumerRegisters + kGatherThreads * kGatherRegisters <=
+              (kThreads + kGatherThreads) * 168);
+constexpr int kConsumerBarrier = 1, kGatherBarrier = 2;  // named barriers (0: all threads)
+constexpr int LaunchThreads(bool gatherers) { return kThreads + (gatherers ? kGatherThreads : 0); }
+
+__device__ __forceinline__ void SyncThreads(int barrier, int threads) {
+  asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void ArriveWhenCopiesLand(uint64_t* barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
+                   static_cast<uint32_t>(__cvta_generic_to_shared(barrier)))
+               : "memory");
+}
 constexpr int kTokensPerGroup = kTileTokens / kWarpgroups;  // the N of the QK^T wgmma
 constexpr int kDimsPerGroup = kMlaLatentDim / kWarpgroups;  // the N of the PV wgmma
 constexpr int kRowBytes = wgmma::kSwizzleRowBytes;          // 64 bf16: one swizzled row
@@ -66,11 +87,14 @@ struct Shared {
   uint32_t used[2][kTileTokens / 32];
   float part_max[kWarpgroups][kHeads];
   float part_sum[kWarpgroups][kHeads];
+  uint64_t full;   // with gatherers, a phase a tile: its entries have landed in raw
+  uint64_t empty;  // with gatherers, a phase a tile: the consumers have dequantized raw
 };
 constexpr size_t kSharedBytes = sizeof(Shared) + wgmma::kSwizzleAtomBytes;  // room to align
 static_assert(kSharedBytes <= 227 * 1024, "more shared memory than an H200 CTA may have");
 
-__global__ void __launch_bounds__(kThreads, 1)
+template <bool kGatherers>
+__global__ void __launch_bounds__(LaunchThreads(kGatherers), 1)
     SparseMlaDecodeWgmmaKernel(SparseMlaDecodeParams p, FastDivisor block_size, int head_ctas,
                                int tiles_per_split, float* part_out, float* part_lse) {
   LetDependentsLaunch();
@@ -92,43 +116,73 @@ __global__ void __launch_bounds__(kThreads, 1)
   const int g = lane / 4, t = lane % 4;
   const int32_t* slots = p.slots + int64_t{row} * p.topk;
 
-  // Threads [0, 64) (two whole warps) fetch a tile's slots a tile before they locate its
-  // entries, so that the wait on L2 hides behind a tile's work: where each entry is (a division
-  // by the block size fixed at launch), read by load_tile after the next barrier, and which
-  // tokens are used.
-  auto fetch_slot = [&](int tile) {
-    const int k = tile * kTileTokens + tid;
-    return tid < kTileTokens && tile < end_tile && k < p.topk ? __ldg(slots + k) : -1;
+  // A tile's slots are fetched a tile before they are used, so that the wait on L2 hides behind a
+  // tile's work: by threads [0, 64) of the consumers (which tokens are used) and of the gatherers
+  // (where each entry is: a division by the block size fixed at launch). `i`: the thread's index
+  // in its warpgroups.
+  auto fetch_slot = [&](int tile, int i) {
+    const int k = tile * kTileTokens + i;
+    return i < kTileTokens && tile < end_tile && k < p.topk ? __ldg(slots + k) : -1;
   };
-  auto locate_tile = [&](int tile, int32_t slot) {
-    if (tid >= kTileTokens) return;
+  auto entry_of = [&](int32_t slot) -> const uint8_t* {
     const uint32_t block = block_size.Divide(static_cast<uint32_t>(slot));
     const int offset = slot - static_cast<int>(block * block_size.divisor());
-    s.src[tid] = slot >= 0 ? p.cache.Latent(block, offset) : nullptr;
+    return slot >= 0 ? p.cache.Latent(block, offset) : nullptr;
+  };
+  auto mark_used = [&](int tile, int32_t slot) {  // consumer threads [0, 64)
+    if (tid >= kTileTokens || tile >= end_tile) return;
     const uint32_t used = __ballot_sync(~0u, slot >= 0);
     if (lane == 0) s.used[(tile - first_tile) % 2][tid / 32] = used;
   };
-  auto load_tile = [&]() {
-    for (int i = tid; i < kTileTokens * kTokenChunks; i += kThreads) {
+  auto gather = [&](int first, int stride) {  // the located tile's copies into raw
+    for (int i = first; i < kTileTokens * kTokenChunks; i += stride) {
       const int j = i / kTokenChunks, c = i % kTokenChunks;
       const uint8_t* src = s.src[j];
       cp_async::Copy<16>(&s.raw[j][c * 16], src != nullptr ? src + c * 16 : p.cache.base,
                          src != nullptr ? 16 : 0);
     }
   };
-  // The first tiles' slots are fetched before the queries' copies are issued, which then overlap
+
+  // The first tile's slots are fetched before the queries' copies are issued, which then overlap
   // the wait on L2 (at batch 1 a CTA has a single tile, so this wait is on its critical path).
-  const int32_t first_slot = fetch_slot(first_tile);
-  int32_t next_slot = fetch_slot(first_tile + 1);
+  const int32_t first_slot = fetch_slot(first_tile, tid);
+  int32_t next_slot = fetch_slot(first_tile + 1, tid);
+  if (kGatherers && tid == 0) {
+    bulk::Init(&s.full, kGatherThreads);
+    bulk::Init(&s.empty, kThreads / 32);
+    bulk::FenceInit();
+  }
   const Bf16* q = p.q + (int64_t{row} * p.heads + head0) * kMlaInputDim;
-  for (int i = tid; i < kHeads * kRowChunks; i += kThreads) {
+  for (int i = tid; i < kHeads * kRowChunks && tid < kThreads; i += kThreads) {
     const int h = i / kRowChunks, c = i % kRowChunks;
     cp_async::Copy<16>(s.q.bytes[0] + ChunkOffset(h, c), q + h * kMlaInputDim + c * 8, 16);
   }
-  if (first_tile < end_tile) locate_tile(first_tile, first_slot);
-  __syncthreads();
-  if (first_tile < end_tile) load_tile();
-  cp_async::Commit();  // with the queries
+  if (tid < kTileTokens && first_tile < end_tile) s.src[tid] = entry_of(first_slot);
+  mark_used(first_tile, first_slot);
+  __syncthreads();  // the barriers are initialized, the first tile located
+  if constexpr (!kGatherers) {
+    if (first_tile < end_tile) gather(tid, kThreads);
+  } else if (tid >= kThreads) {  // the gatherers: every tile's copies
+    asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kGatherRegisters));
+    const int gid = tid - kThreads;
+    if (first_tile < end_tile) gather(gid, kGatherThreads);
+    ArriveWhenCopiesLand(&s.full);
+    int32_t slot = fetch_slot(first_tile + 1, gid);
+    for (int tile = first_tile + 1; tile < end_tile; ++tile) {
+      const int32_t next = fetch_slot(tile + 1, gid);
+      bulk::Wait(&s.empty, (tile - first_tile - 1) & 1);  // the consumers are done with raw
+      if (gid < kTileTokens) s.src[gid] = entry_of(slot);
+      SyncThreads(kGatherBarrier, kGatherThreads);  // the tile located
+      gather(gid, kGatherThreads);
+      ArriveWhenCopiesLand(&s.full);
+      slot = next;
+    }
+    cp_async::Wait<0>();
+    return;
+  } else {
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(kConsumerRegisters));
+  }
+  cp_async::Commit();  // the queries (without gatherers, with the first tile)
 
   // This thread's accumulator rows (the same in both warpgroups): heads h0 and h0 + 8.
   const int h0 = 16 * warp + g;
@@ -146,20 +200,29 @@ __global__ void __launch_bounds__(kThreads, 1)
       wgmma::SwizzledMnMajorDescriptor(s.k.bytes[kDimsPerGroup / 64 * group], kColumnBytes);
 
   for (int tile = first_tile; tile < end_tile; ++tile) {
-    cp_async::Wait<0>();
-    __syncthreads();  // the tile's entries are here; both warpgroups are done with k and p
+    cp_async::Wait<0>();  // the queries; without gatherers, the tile's entries
+    if constexpr (kGatherers) bulk::Wait(&s.full, (tile - first_tile) & 1);
+    SyncThreads(kConsumerBarrier, kThreads);  // the tile is here; k and p are consumed
     {
       const int j = tid % kTileTokens;
       mla::DequantizeTokenPart<kThreads / kTileTokens>(s.raw[j], tid / kTileTokens, [&](int c) {
         return reinterpret_cast<uint4*>(s.k.bytes[0] + ChunkOffset(j, c));
       });
     }
+    if constexpr (kGatherers) {
+      __syncwarp();
+      if (lane == 0) bulk::ArriveExpectingBytes(&s.empty, 0);  // raw is free for the next tile
+    } else if (tid < kTileTokens && tile + 1 < end_tile) {
+      s.src[tid] = entry_of(next_slot);
+    }
     wgmma::FenceSharedWrites();
-    if (tile + 1 < end_tile) locate_tile(tile + 1, next_slot);
-    next_slot = fetch_slot(tile + 2);
-    __syncthreads();  // k is complete; raw is free for the next tile, whose entries are located
-    if (tile + 1 < end_tile) load_tile();
-    cp_async::Commit();
+    mark_used(tile + 1, next_slot);
+    next_slot = fetch_slot(tile + 2, tid);
+    SyncThreads(kConsumerBarrier, kThreads);  // k is complete; the next tile located
+    if constexpr (!kGatherers) {
+      if (tile + 1 < end_tile) gather(tid, kThreads);  // raw is free
+      cp_async::Commit();
+    }
 
     // S = Q K^T over this warpgroup's 32 tokens: 36 k-steps of 16 dims (32 bytes of a row).
     float sc[16];
@@ -194,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 1)
       mx[r] = fmaxf(mx[r], __shfl_xor_sync(~0u, mx[r], 2));
       if (t == 0) s.part_max[group][h0 + 8 * r] = mx[r];
     }
-    __syncthreads();  // both halves' maxima
+    SyncThreads(kConsumerBarrier, kThreads);  // both halves' maxima
 
     float alpha[2];
 #pragma unroll
@@ -221,7 +284,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     wgmma::FenceSharedWrites();
 #pragma unroll
     for (int i = 0; i < 128; ++i) o[i] *= alpha[(i / 2) % 2];
-    __syncthreads();  // P is complete
+    SyncThreads(kConsumerBarrier, kThreads);  // P is complete
 
     // O += P V over this warpgroup's 256 dims: 4 k-steps of 16 tokens (16 rows of each block).
     wgmma::Fence();
@@ -240,7 +303,7 @@ __global__ void __launch_bounds__(kThreads, 1)
     s.part_sum[group][h0] = l[0];
     s.part_sum[group][h0 + 8] = l[1];
   }
-  __syncthreads();
+  SyncThreads(kConsumerBarrier, kThreads);
   float inv[2], lse[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
@@ -279,21 +342,36 @@ __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 
+// Launches the variant with or without gatherers; its shared memory is allowed once per variant.
+template <bool kGatherers>
+cudaError_t LaunchVariant(dim3 grid, const SparseMlaDecodeParams& p, int head_ctas,
+                          int tiles_per_split, float* part_out, float* part_lse,
+                          cudaStream_t stream) {
+  static const cudaError_t configured =
+      cudaFuncSetAttribute(SparseMlaDecodeWgmmaKernel<kGatherers>,
+                           cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(kSharedBytes));
+  if (configured != cudaSuccess) return configured;
+  return LaunchDependent(SparseMlaDecodeWgmmaKernel<kGatherers>, grid,
+                         dim3(LaunchThreads(kGatherers)), kSharedBytes, stream, false, p,
+                         FastDivisor(static_cast<uint32_t>(p.cache.block_size)), head_ctas,
+                         tiles_per_split, part_out, part_lse);
+}
+
 }  // namespace
 
 cudaError_t LaunchSparseMlaDecodeWgmma(const SparseMlaDecodeParams& p, int splits,
                                        int tiles_per_split, float* part_out, float* part_lse,
                                        cudaStream_t stream) {
-  static const cudaError_t configured =
-      cudaFuncSetAttribute(SparseMlaDecodeWgmmaKernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                           static_cast<int>(kSharedBytes));
-  if (configured != cudaSuccess) return configured;
   const int head_ctas = p.heads / kHeads;
   const dim3 grid(static_cast<unsigned>(p.batch * p.s_q * head_ctas),
                   static_cast<unsigned>(splits));
-  return LaunchDependent(SparseMlaDecodeWgmmaKernel, grid, dim3(kThreads), kSharedBytes, stream,
-                         false, p, FastDivisor(static_cast<uint32_t>(p.cache.block_size)),
-                         head_ctas, tiles_per_split, part_out, part_lse);
+  // A CTA of one tile has no next tile to gather: its consumers gather it (at batch 1 the
+  // gatherers' launch and register handover measured 0.4 us slower).
+  return tiles_per_split > 1
+             ? LaunchVariant<true>(grid, p, head_ctas, tiles_per_split, part_out, part_lse, stream)
+             : LaunchVariant<false>(grid, p, head_ctas, tiles_per_split, part_out, part_lse,
+                                    stream);
 }
 
 }  // namespace kvp
