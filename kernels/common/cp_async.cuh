@@ -1,6 +1,8 @@
 // Asynchronous global -> shared copies (sm_80+ cp.async), shared by the kernels that stage data.
 #pragma once
 
+#include <cstdint>
+
 namespace kvp::cp_async {
 
 // Copies kSize bytes (4, 8 or 16); bytes_valid = 0 fills the destination with zeros instead.
@@ -34,6 +36,14 @@ __device__ __forceinline__ void CopyOrZero(void* smem, const void* gmem, bool va
 }
 
 __device__ __forceinline__ void Commit() { asm volatile("cp.async.commit_group;\n"); }
+
+// One arrival on a shared-memory barrier (kernels/common/bulk_copy.cuh) once every copy this
+// thread has issued so far has landed; the barrier's arrival count includes it (.noinc).
+__device__ __forceinline__ void ArriveWhenLanded(uint64_t* barrier) {
+  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];\n" ::"r"(
+                   static_cast<unsigned>(__cvta_generic_to_shared(barrier)))
+               : "memory");
+}
 
 // Waits until at most kPending of this thread's committed groups are still in flight.
 template <int kPending>

@@ -33,6 +33,7 @@
 #include "kernels/common/mma.cuh"
 #include "kernels/common/work_split.h"
 #include "kernels/mla/mla_dequant.cuh"
+#include "kernels/mla/mla_entries.cuh"
 #include "kernels/mla/mla_launch.h"
 #include "kernels/mla/mla_partials.cuh"
 #include "kernels/mla/sparse_mla_decode_wgmma.h"
@@ -117,9 +118,7 @@ __global__ void __launch_bounds__(kThreads, 1)
   };
   auto locate_tile = [&](int tile, int32_t slot) {
     if (tid >= kTileTokens) return;
-    const uint32_t block = block_size.Divide(static_cast<uint32_t>(slot));
-    const int offset = slot - static_cast<int>(block * block_size.divisor());
-    s.src[(tile - first_tile) % kStages][tid] = slot >= 0 ? p.cache.Latent(block, offset) : nullptr;
+    s.src[(tile - first_tile) % kStages][tid] = mla::EntryOfSlot(p.cache, block_size, slot);
     const uint32_t used = __ballot_sync(~0u, slot >= 0);
     if (lane == 0) s.used[(tile - first_tile) % (kStages + 1)][warp] = used;
   };

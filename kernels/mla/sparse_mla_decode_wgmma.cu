@@ -26,6 +26,7 @@
 #include "kernels/common/log2_domain.h"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/mla/mla_dequant.cuh"
+#include "kernels/mla/mla_entries.cuh"
 #include "kernels/mla/mla_partials.cuh"
 #include "kernels/mla/sparse_mla_decode_wgmma.h"
 #include "kvpool/format/mla_latent.h"
@@ -50,11 +51,6 @@ constexpr int LaunchThreads(bool gatherers) { return kThreads + (gatherers ? kGa
 
 __device__ __forceinline__ void SyncThreads(int barrier, int threads) {
   asm volatile("bar.sync %0, %1;" ::"r"(barrier), "r"(threads) : "memory");
-}
-__device__ __forceinline__ void ArriveWhenCopiesLand(uint64_t* barrier) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(
-                   static_cast<uint32_t>(__cvta_generic_to_shared(barrier)))
-               : "memory");
 }
 constexpr int kTokensPerGroup = kTileTokens / kWarpgroups;  // the N of the QK^T wgmma
 constexpr int kDimsPerGroup = kMlaLatentDim / kWarpgroups;  // the N of the PV wgmma
@@ -124,11 +120,7 @@ __global__ void __launch_bounds__(LaunchThreads(kGatherers), 1)
     const int k = tile * kTileTokens + i;
     return i < kTileTokens && tile < end_tile && k < p.topk ? __ldg(slots + k) : -1;
   };
-  auto entry_of = [&](int32_t slot) -> const uint8_t* {
-    const uint32_t block = block_size.Divide(static_cast<uint32_t>(slot));
-    const int offset = slot - static_cast<int>(block * block_size.divisor());
-    return slot >= 0 ? p.cache.Latent(block, offset) : nullptr;
-  };
+  auto entry_of = [&](int32_t slot) { return mla::EntryOfSlot(p.cache, block_size, slot); };
   auto mark_used = [&](int tile, int32_t slot) {  // consumer threads [0, 64)
     if (tid >= kTileTokens || tile >= end_tile) return;
     const uint32_t used = __ballot_sync(~0u, slot >= 0);
@@ -166,7 +158,7 @@ __global__ void __launch_bounds__(LaunchThreads(kGatherers), 1)
     asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(kGatherRegisters));
     const int gid = tid - kThreads;
     if (first_tile < end_tile) gather(gid, kGatherThreads);
-    ArriveWhenCopiesLand(&s.full);
+    cp_async::ArriveWhenLanded(&s.full);
     int32_t slot = fetch_slot(first_tile + 1, gid);
     for (int tile = first_tile + 1; tile < end_tile; ++tile) {
       const int32_t next = fetch_slot(tile + 1, gid);
@@ -174,7 +166,7 @@ __global__ void __launch_bounds__(LaunchThreads(kGatherers), 1)
       if (gid < kTileTokens) s.src[gid] = entry_of(slot);
       SyncThreads(kGatherBarrier, kGatherThreads);  // the tile located
       gather(gid, kGatherThreads);
-      ArriveWhenCopiesLand(&s.full);
+      cp_async::ArriveWhenLanded(&s.full);
       slot = next;
     }
     cp_async::Wait<0>();
